@@ -1,0 +1,80 @@
+"""The scheduler -> executor contract: one `ScheduledBatch` per engine iteration.
+
+The scheduler decides *what* runs (which requests, how many tokens each, where their KV pages
+are); the executor turns that into padded device arrays and runs the jitted step. Nothing else
+crosses between them. Pure Python, no JAX: the simulator consumes the same batches and hands
+them to the runtime predictor instead of a device.
+
+Order inside a batch: prefill chunks first, then decodes (the fused attention kernel and the
+runtime predictor both rely on it only for speed, never for correctness).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from medha_jax.request import Request
+
+
+@dataclass(slots=True)
+class ScheduledSeq:
+    """One request's share of an iteration: `num_tokens` tokens starting at position `start_pos`."""
+
+    request: Request
+    start_pos: int
+    """Absolute position of the first scheduled token (= request.num_computed_tokens)."""
+    num_tokens: int
+    """Query tokens this iteration: a prefill chunk, or 1 for a decode."""
+    page_tables: list[list[int]]
+    """Pages holding this request's KV, one list per kvp group it touches (group g holds
+    positions [g*M, (g+1)*M) for M = max_tokens_per_kvp_group; one list when kvp == 1).
+    Covers every position up to start_pos + num_tokens."""
+
+    @property
+    def request_id(self) -> str:
+        return self.request.request_id
+
+    @property
+    def is_prefill(self) -> bool:
+        return self.num_tokens > 1 or not self.request.output_token_ids
+
+    @property
+    def kv_len(self) -> int:
+        """Context length after this iteration (cached + scheduled tokens)."""
+        return self.start_pos + self.num_tokens
+
+    @property
+    def samples(self) -> bool:
+        """Whether this iteration reaches the end of the request's tokens, so a token is sampled."""
+        return self.start_pos + self.num_tokens == self.request.num_tokens
+
+    @property
+    def token_ids(self) -> list[int]:
+        return self.request.token_ids_slice(self.start_pos, self.start_pos + self.num_tokens)
+
+
+@dataclass(slots=True)
+class ScheduledBatch:
+    """Everything the executor needs for one iteration."""
+
+    seqs: list[ScheduledSeq] = field(default_factory=list)
+    predicted_time: float | None = None
+    """The runtime predictor's estimate for this batch, in seconds (None without a predictor)."""
+    preempted: list[Request] = field(default_factory=list)
+    """Requests whose pages were freed while forming this batch (for records and metrics)."""
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(s.num_tokens for s in self.seqs)
+
+    @property
+    def num_prefill_tokens(self) -> int:
+        return sum(s.num_tokens for s in self.seqs if s.is_prefill)
+
+    @property
+    def num_decodes(self) -> int:
+        return sum(1 for s in self.seqs if not s.is_prefill)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.seqs

@@ -1,0 +1,97 @@
+"""Request state: one `Request` per generation, shared by engine, scheduler and simulator.
+
+Lifecycle: WAITING -> RUNNING -> FINISHED_*; a RUNNING request may be PREEMPTED (its KV pages
+freed, `num_computed_tokens` reset to 0) and later resumes by recomputing its prompt plus what
+it already generated. Progress is one counter, as in vLLM v1: the request holds
+`num_tokens = len(prompt) + len(output)` tokens and the KV of the first `num_computed_tokens`
+is cached. An iteration schedules `n` of the remaining `num_tokens - num_computed_tokens`
+tokens; when that reaches `num_tokens` the last position is sampled and a token appended. A
+decode is just the case `remaining == 1`. Pure Python, no JAX.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from medha_jax.sampling_params import SamplingParams
+
+
+class RequestStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    PREEMPTED = "preempted"
+    FINISHED_STOPPED = "stop"
+    FINISHED_LENGTH = "length"
+    FINISHED_ABORTED = "abort"
+    FINISHED_ERROR = "error"
+
+    @property
+    def finished(self) -> bool:
+        return self.value in ("stop", "length", "abort", "error")
+
+
+@dataclass(eq=False)
+class Request:
+    """One generation request and its progress. Identity semantics (eq=False): hashable by id()."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    sampling_params: SamplingParams
+    arrival_time: float
+    """Seconds on the engine's clock (time.monotonic() in the engine, simulated in the simulator)."""
+    ttft_deadline: float | None = None
+    """Per-request TTFT deadline in seconds after arrival; None: the scheduler derives one."""
+    priority_class: int = 0
+    """SLO hint from the API; lower is more important. Policies may use it to break ties."""
+
+    output_token_ids: list[int] = field(default_factory=list)
+    output_logprobs: list[float] = field(default_factory=list)
+    num_computed_tokens: int = 0
+    """Tokens whose KV is in the cache (prompt first, then generated)."""
+    status: RequestStatus = RequestStatus.WAITING
+    num_preemptions: int = 0
+
+    # Timings, on the engine's clock.
+    first_scheduled_time: float | None = None
+    first_token_time: float | None = None
+    token_times: list[float] = field(default_factory=list)
+    finish_time: float | None = None
+    stop_reason: str | int | None = None
+    """The stop string or stop token id that ended generation, if any."""
+    error: str | None = None
+
+    @property
+    def prompt_len(self) -> int:
+        return len(self.prompt_token_ids)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_token_ids) + len(self.output_token_ids)
+
+    @property
+    def num_remaining_tokens(self) -> int:
+        """Tokens still to push through the model before the next token can be sampled."""
+        return self.num_tokens - self.num_computed_tokens
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.output_token_ids)
+
+    @property
+    def is_prefill(self) -> bool:
+        """True until the prompt's KV (plus any recomputed output) is cached."""
+        return self.num_remaining_tokens > 1 or not self.output_token_ids
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status.finished
+
+    def token_ids_slice(self, start: int, stop: int) -> list[int]:
+        """Token ids at positions [start, stop) of prompt + output."""
+        p = self.prompt_len
+        if stop <= p:
+            return self.prompt_token_ids[start:stop]
+        if start >= p:
+            return self.output_token_ids[start - p : stop - p]
+        return self.prompt_token_ids[start:] + self.output_token_ids[: stop - p]
