@@ -1,0 +1,62 @@
+"""EngineConfig: what to serve and on what (model, mesh, dtype, KV cache, kernels, shapes).
+
+Scheduling knobs live in `medha_jax.scheduler.config.SchedulerConfig`. Both are plain typed
+dataclasses validated on construction; their field docstrings are the CLI's --help text
+(`medha_jax.cli_args` builds the flags from them), so `LLM(...)` and `serve` share defaults.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ATTENTION_BACKENDS = ("auto", "xla", "pallas")
+DTYPES = ("float32", "bfloat16")
+
+
+@dataclass(slots=True)
+class EngineConfig:
+    model: str = "demo"
+    """HF model directory (config.json, *.safetensors, tokenizer.json), or "demo" for the built-in tiny Llama."""
+    mesh: str = "tp=1"
+    """Device mesh, e.g. "tp=8,spp=4,kvp=2"; axes not named are 1. Its size must equal the devices used."""
+    dtype: str = "float32"
+    """Weights, activations and KV cache dtype: float32 or bfloat16."""
+    attention_backend: str = "auto"
+    """Paged attention: "xla" (plain jax.numpy), "pallas" (Pallas kernels; interpret mode off-GPU), "auto" (pallas on GPU, xla elsewhere)."""
+    page_size: int = 16
+    """Tokens per KV-cache page."""
+    num_pages: int | None = None
+    """KV-cache pages per kvp group (the KV page budget); default: from kv_cache_memory_gb, else 1024."""
+    kv_cache_memory_gb: float | None = None
+    """Device memory for the KV cache per device, in GB; used when num_pages is not given."""
+    max_model_len: int | None = None
+    """Longest prompt + output a request may have; default: the model's max_position_embeddings."""
+    min_token_bucket: int = 16
+    """Smallest padded token count compiled (shape buckets are powers of two up to the token budget)."""
+    min_seq_bucket: int = 4
+    """Smallest padded sequence count compiled."""
+    min_page_bucket: int = 8
+    """Smallest padded page-table width compiled."""
+    warmup: bool = True
+    """Compile every shape bucket before serving (with a progress bar)."""
+    seed: int = 0
+    """Seed for the demo model's weights and for requests that give no seed of their own."""
+    multihost: bool = False
+    """Initialise jax.distributed before building the mesh (one process per host)."""
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if self.attention_backend not in ATTENTION_BACKENDS:
+            raise ValueError(f"attention_backend must be one of {ATTENTION_BACKENDS}, got {self.attention_backend!r}")
+        if self.page_size < 1 or self.page_size & (self.page_size - 1):
+            raise ValueError(f"page_size must be a power of two >= 1, got {self.page_size}")
+        if self.num_pages is not None and self.num_pages < 2:
+            raise ValueError(f"num_pages must be >= 2, got {self.num_pages}")
+        if self.kv_cache_memory_gb is not None and self.kv_cache_memory_gb <= 0:
+            raise ValueError(f"kv_cache_memory_gb must be > 0, got {self.kv_cache_memory_gb}")
+        if self.max_model_len is not None and self.max_model_len < 2:
+            raise ValueError(f"max_model_len must be >= 2, got {self.max_model_len}")
+        for name in ("min_token_bucket", "min_seq_bucket", "min_page_bucket"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")

@@ -1,0 +1,245 @@
+"""Engine: the request lifecycle in one loop, schedule -> execute -> update.
+
+  add_request (any thread) --validate--> pending queue
+  step():  drain pending adds/aborts into the Scheduler
+           Scheduler.schedule(now)          -> ScheduledBatch (pure Python)
+           Executor.execute(batch)          -> one sampled token per finishing sequence
+           Scheduler.on_batch_done(...)     -> KV progress, iteration record (predicted vs measured)
+           append tokens, detokenize, check stops (EOS, stop ids, stop strings, max_tokens, context)
+           -> RequestOutput snapshots (with the text delta) for every request that advanced
+
+Only the thread that calls `step()` touches scheduler and device state; other threads talk to
+the engine through `add_request`/`abort`, which only validate and enqueue. A failing iteration
+fails the requests in it with an error and leaves the others running.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from medha_jax.config import EngineConfig
+from medha_jax.detokenizer import IncrementalText
+from medha_jax.outputs import RequestMetrics, RequestOutput
+from medha_jax.request import Request, RequestStatus
+from medha_jax.sampling_params import SamplingParams
+
+log = logging.getLogger(__name__)
+
+
+class Engine:
+    def __init__(self, config: EngineConfig, scheduler_config=None, *, clock: Callable[[], float] = time.monotonic):
+        from medha_jax.engine_builder import build_engine_parts
+
+        self.config = config
+        self.clock = clock
+        parts = build_engine_parts(config, scheduler_config)
+        self.model_config = parts.model_config
+        self.tokenizer = parts.tokenizer
+        self.mesh = parts.mesh
+        self.scheduler = parts.scheduler
+        self.kv_manager = parts.kv_manager
+        self.executor = parts.executor
+        self.scheduler_config = parts.scheduler_config
+        self.max_model_len = parts.max_model_len
+        self.eos_token_ids = parts.eos_token_ids
+        self._rng = random.Random(config.seed)
+        self._ids = itertools.count()
+        self._lock = threading.Lock()
+        self._pending_adds: list[Request] = []
+        self._pending_aborts: list[str] = []
+        self._live: dict[str, Request] = {}  # every request added and not yet finished (incl. pending)
+        self._seeds: dict[str, int] = {}
+        self._text: dict[str, IncrementalText] = {}
+        self.num_iterations = 0
+        self.last_iteration_time: float | None = None
+
+    # ---- requests in ---------------------------------------------------------------------
+    def validate_prompt(self, prompt: str | Sequence[int]) -> list[int]:
+        """Token ids for a prompt given as text or ids; ValueError naming the problem otherwise."""
+        if isinstance(prompt, str):
+            ids = self.tokenizer.encode(prompt)
+        elif isinstance(prompt, Sequence) and not isinstance(prompt, (bytes, bytearray)):
+            ids = list(prompt)
+            vocab = self.model_config.vocab_size
+            for i, t in enumerate(ids):
+                if not isinstance(t, int) or isinstance(t, bool):
+                    raise ValueError(f"prompt token {i} is {t!r}, not an integer token id")
+                if not 0 <= t < vocab:
+                    raise ValueError(f"prompt token {i} is {t}, outside the vocabulary [0, {vocab})")
+        else:
+            raise ValueError(f"prompt must be a string or a list of token ids, got {type(prompt).__name__}")
+        if not ids:
+            raise ValueError("prompt is empty")
+        if len(ids) >= self.max_model_len:
+            raise ValueError(
+                f"prompt has {len(ids)} tokens; the model's context (max_model_len) is {self.max_model_len}, "
+                "which must leave room for at least one generated token"
+            )
+        return ids
+
+    def add_request(
+        self,
+        prompt: str | Sequence[int],
+        sampling_params: SamplingParams | None = None,
+        *,
+        request_id: str | None = None,
+        arrival_time: float | None = None,
+        ttft_deadline: float | None = None,
+        priority_class: int = 0,
+    ) -> Request:
+        """Validate and queue a request; it joins the scheduler at the next `step()`."""
+        sp = sampling_params if sampling_params is not None else SamplingParams()
+        if not isinstance(sp, SamplingParams):
+            raise ValueError(f"sampling_params must be a SamplingParams, got {type(sp).__name__}")
+        ids = self.validate_prompt(prompt)
+        if ttft_deadline is not None and not ttft_deadline > 0:
+            raise ValueError(f"ttft_deadline must be > 0 seconds, got {ttft_deadline!r}")
+        needed = min(len(ids) + sp.max_tokens, self.max_model_len)
+        capacity = self.kv_manager.max_tokens_per_request
+        if needed > capacity:
+            raise ValueError(
+                f"request needs KV for {needed} tokens (prompt {len(ids)} + max_tokens {sp.max_tokens}), "
+                f"but the whole KV cache holds {capacity}; raise num_pages or lower max_tokens"
+            )
+        with self._lock:
+            rid = request_id if request_id is not None else f"req-{next(self._ids)}"
+            if rid in self._live:
+                raise ValueError(f"request_id {rid!r} is already in use")
+            req = Request(
+                request_id=rid, prompt_token_ids=ids, sampling_params=sp,
+                arrival_time=self.clock() if arrival_time is None else arrival_time,
+                ttft_deadline=ttft_deadline, priority_class=priority_class,
+            )
+            self._seeds[rid] = sp.seed if sp.seed is not None else self._rng.getrandbits(32)
+            self._text[rid] = IncrementalText(self.tokenizer, stop=sp.stop, prompt_ids=ids)
+            self._live[rid] = req
+            self._pending_adds.append(req)
+        return req
+
+    def abort(self, request_id: str) -> None:
+        """Ask for a request to end; its KV pages are freed at the start of the next step."""
+        with self._lock:
+            if request_id in self._live:
+                self._pending_aborts.append(request_id)
+
+    # ---- the loop ------------------------------------------------------------------------
+    def has_unfinished(self) -> bool:
+        with self._lock:
+            return bool(self._live)
+
+    @property
+    def num_live(self) -> int:
+        return len(self._live)
+
+    def step(self) -> list[RequestOutput]:
+        outs = self._drain_pending()
+        batch = self.scheduler.schedule(self.clock())
+        if batch.is_empty:
+            return outs
+        t0 = time.perf_counter()
+        try:
+            result = self.executor.execute(batch, self._seeds)
+        except Exception as e:  # noqa: BLE001 - one bad iteration must not take the server down
+            log.exception("iteration failed; failing its %d requests", len(batch.seqs))
+            return outs + self._fail_batch(batch, e)
+        measured = time.perf_counter() - t0
+        self.last_iteration_time = measured
+        self.num_iterations += 1
+        now = self.clock()
+        self.scheduler.on_batch_done(batch, now, measured_time=measured)
+        for i, seq in enumerate(batch.seqs):
+            req = seq.request
+            if req.first_scheduled_time is None:
+                req.first_scheduled_time = now
+            if not seq.samples or req.is_finished:
+                continue
+            outs.append(self._append_token(req, int(result.token_ids[i]), float(result.logprobs[i]), now))
+        return outs
+
+    def _drain_pending(self) -> list[RequestOutput]:
+        with self._lock:
+            adds, self._pending_adds = self._pending_adds, []
+            aborts, self._pending_aborts = self._pending_aborts, []
+        for req in adds:
+            self.scheduler.add_request(req)
+        outs = []
+        for rid in aborts:
+            req = self._live.get(rid)
+            if req is None or req.is_finished:
+                continue
+            outs.append(self._finish(req, RequestStatus.FINISHED_ABORTED, self.clock(), new_ids=[], new_text=""))
+        return outs
+
+    def _append_token(self, req: Request, tok: int, logprob: float, now: float) -> RequestOutput:
+        sp = req.sampling_params
+        req.output_token_ids.append(tok)
+        if sp.logprobs:
+            req.output_logprobs.append(logprob)
+        req.token_times.append(now)
+        if req.first_token_time is None:
+            req.first_token_time = now
+        text = self._text[req.request_id]
+        is_eos = tok in self.eos_token_ids and not sp.ignore_eos
+        hit_stop_string = text.append(tok, special=is_eos or tok in sp.stop_token_ids)
+        status = None
+        if hit_stop_string is not None:
+            status, req.stop_reason = RequestStatus.FINISHED_STOPPED, hit_stop_string
+        elif tok in sp.stop_token_ids:
+            status, req.stop_reason = RequestStatus.FINISHED_STOPPED, tok
+        elif is_eos:
+            status = RequestStatus.FINISHED_STOPPED
+        elif req.num_output_tokens >= sp.max_tokens or req.num_tokens >= self.max_model_len:
+            status = RequestStatus.FINISHED_LENGTH
+        if status is not None:
+            return self._finish(req, status, now, new_ids=[tok], new_text=text.flush())
+        return self._snapshot(req, [tok], text.take_delta())
+
+    def _finish(self, req: Request, status: RequestStatus, now: float, *, new_ids, new_text) -> RequestOutput:
+        if not req.is_finished:
+            self.scheduler.finish(req, status)  # frees its pages wherever it is (waiting or running)
+            req.status = status
+            req.finish_time = now
+        self._live.pop(req.request_id, None)
+        self._seeds.pop(req.request_id, None)
+        out = self._snapshot(req, new_ids, new_text)
+        self._text.pop(req.request_id, None)
+        return out
+
+    def _fail_batch(self, batch, err: Exception) -> list[RequestOutput]:
+        if self.executor.kv_cache_lost():
+            # The donated cache died with the failed step: every cached request recomputes.
+            self.executor.reset_kv_cache()
+            self.scheduler.preempt_all()
+        now = self.clock()
+        outs = []
+        for seq in batch.seqs:
+            req = seq.request
+            req.error = f"iteration failed: {type(err).__name__}: {err}"
+            outs.append(self._finish(req, RequestStatus.FINISHED_ERROR, now, new_ids=[], new_text=""))
+        return outs
+
+    def _snapshot(self, req: Request, new_ids: list[int], new_text: str) -> RequestOutput:
+        text = self._text.get(req.request_id)
+        return RequestOutput(
+            request_id=req.request_id,
+            prompt_token_ids=req.prompt_token_ids,
+            token_ids=list(req.output_token_ids),
+            text=text.text if text is not None else "",
+            logprobs=list(req.output_logprobs),
+            finished=req.is_finished,
+            finish_reason=req.status.value if req.is_finished else None,
+            stop_reason=req.stop_reason,
+            new_token_ids=new_ids,
+            new_text=new_text,
+            metrics=RequestMetrics(
+                arrival_time=req.arrival_time, first_scheduled_time=req.first_scheduled_time,
+                first_token_time=req.first_token_time, finish_time=req.finish_time,
+                token_times=list(req.token_times), num_preemptions=req.num_preemptions,
+            ),
+            error=req.error,
+        )

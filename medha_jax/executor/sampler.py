@@ -1,0 +1,50 @@
+"""On-device sampling with per-request parameters held in arrays (never static arguments).
+
+logits f32[S, V] -> (token i32[S], logprob f32[S]). Each row applies its own temperature
+(0 = greedy), top-k (0 = off) and top-p, and draws with its own key
+`fold_in(PRNGKey(seed), step)`, where step is the number of tokens the request has generated,
+so a seeded request gives the same tokens whatever else shares its batch. The returned logprob
+is the model's log-probability of the chosen token (before temperature, top-k and top-p).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+
+class SamplingArrays(NamedTuple):
+    temperature: jax.Array  # f32[S]
+    top_k: jax.Array  # i32[S], 0 = off
+    top_p: jax.Array  # f32[S]
+    seed: jax.Array  # u32[S]
+    step: jax.Array  # i32[S]
+
+
+def sample(logits: jax.Array, p: SamplingArrays) -> tuple[jax.Array, jax.Array]:
+    S, V = logits.shape
+    logits = logits.astype(jnp.float32)  # logits: f32[S, V]
+    logprobs = jax.nn.log_softmax(logits, axis=-1)
+    greedy_tok = jnp.argmax(logits, axis=-1).astype(jnp.int32)  # greedy_tok: i32[S]
+
+    temp = jnp.where(p.temperature > 0, p.temperature, 1.0)
+    scaled = logits / temp[:, None]
+    order = jnp.argsort(-scaled, axis=-1)  # order: i32[S, V], most likely first
+    sorted_logits = jnp.take_along_axis(scaled, order, axis=-1)
+    rank = jnp.arange(V)[None, :]
+    k = jnp.where(p.top_k > 0, jnp.minimum(p.top_k, V), V)
+    keep = rank < k[:, None]
+    probs = jax.nn.softmax(jnp.where(keep, sorted_logits, -jnp.inf), axis=-1)
+    cum_before = jnp.cumsum(probs, axis=-1) - probs  # mass of strictly more likely tokens
+    keep = keep & (cum_before < p.top_p[:, None])  # the first token is always kept
+    masked = jnp.where(keep, sorted_logits, -jnp.inf)
+
+    keys = jax.vmap(lambda s, t: jax.random.fold_in(jax.random.PRNGKey(s), t))(p.seed, p.step)
+    gumbel = jax.vmap(lambda key: jax.random.gumbel(key, (V,), jnp.float32))(keys)  # gumbel: f32[S, V]
+    choice = jnp.argmax(masked + gumbel, axis=-1)
+    sampled_tok = jnp.take_along_axis(order, choice[:, None], axis=-1)[:, 0].astype(jnp.int32)
+
+    tok = jnp.where(p.temperature > 0, sampled_tok, greedy_tok)
+    return tok, jnp.take_along_axis(logprobs, tok[:, None], axis=-1)[:, 0]
