@@ -1,0 +1,102 @@
+"""Builds an engine's parts from its configs: mesh -> model + tokenizer -> KV pages -> scheduler -> executor.
+
+Separated from the engine loop so the loop reads in one sitting, and so tools (profile,
+benchmarks) can build the same parts without the request lifecycle.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import jax
+
+from medha_jax.config import EngineConfig
+from medha_jax.executor.buckets import BucketLadders
+from medha_jax.executor.executor import Executor
+from medha_jax.kv_cache_manager import KVCacheManager
+from medha_jax.mesh import make_mesh, parse_mesh
+from medha_jax.model.loading import load_model
+from medha_jax.scheduler import SchedulerConfig, make_scheduler
+
+
+@dataclass
+class EngineParts:
+    model_config: object
+    tokenizer: object
+    mesh: jax.sharding.Mesh
+    kv_manager: KVCacheManager
+    scheduler: object
+    scheduler_config: SchedulerConfig
+    executor: Executor
+    max_model_len: int
+    eos_token_ids: frozenset[int]
+
+
+def resolve_attention_backend(name: str):
+    """The paged-attention function for a backend name ("auto": pallas on GPU, xla elsewhere)."""
+    from pallas_kernels.api import paged_attention
+
+    if name == "auto":
+        name = "pallas" if jax.default_backend() == "gpu" else "xla"
+
+    def attention_fn(*args, scale):
+        return paged_attention(*args, scale=scale, backend=name)
+
+    attention_fn.backend = name
+    return attention_fn
+
+
+def kv_bytes_per_page(model_config, page_size: int, dtype: str, tp: int) -> int:
+    """Bytes one page of K and V takes on one device (all local layers; spp splits layers)."""
+    kvh = max(model_config.num_kv_heads, tp) // tp
+    item = 4 if dtype == "float32" else 2
+    return 2 * model_config.num_layers * page_size * kvh * model_config.head_dim * item
+
+
+def build_engine_parts(config: EngineConfig, scheduler_config: SchedulerConfig | None) -> EngineParts:
+    scfg = scheduler_config if scheduler_config is not None else SchedulerConfig()
+    mesh_spec = parse_mesh(config.mesh)
+    mesh = make_mesh(mesh_spec)
+    model_config, params, tokenizer = load_model(config.model, mesh, config.dtype, seed=config.seed)
+
+    max_model_len = config.max_model_len or model_config.max_position_embeddings
+    if max_model_len > model_config.max_position_embeddings:
+        raise ValueError(
+            f"max_model_len={max_model_len} exceeds the model's max_position_embeddings="
+            f"{model_config.max_position_embeddings}"
+        )
+    page = config.page_size
+    pages_per_seq = math.ceil(max_model_len / page)
+    num_pages = config.num_pages
+    if num_pages is None:
+        if config.kv_cache_memory_gb is not None:
+            per_page = kv_bytes_per_page(model_config, page, config.dtype, mesh_spec["tp"])
+            num_pages = int(config.kv_cache_memory_gb * 1e9 // (per_page / mesh_spec["spp"]))
+        else:
+            num_pages = 1024
+    kvp = mesh_spec["kvp"]
+    kv_manager = KVCacheManager(num_pages, page, kvp=kvp)
+    scheduler = make_scheduler(scfg, kv_manager, model_config=model_config, mesh_spec=mesh_spec)
+
+    ladders = BucketLadders.build(
+        max_tokens=scfg.max_num_batched_tokens,
+        max_seqs=scfg.max_num_seqs,
+        max_pages=min(pages_per_seq, num_pages),
+        min_tokens=config.min_token_bucket,
+        min_seqs=config.min_seq_bucket,
+        min_pages=config.min_page_bucket,
+    )
+    kv_dtype = jax.numpy.float32 if config.dtype == "float32" else jax.numpy.bfloat16
+    executor = Executor(
+        model_config, params, mesh, num_pages=num_pages, page_size=page, kv_dtype=kv_dtype,
+        ladders=ladders, attention_fn=resolve_attention_backend(config.attention_backend),
+    )
+    if config.warmup:
+        executor.warmup(progress=True)
+
+    eos = model_config.eos_token_id
+    eos_ids = set([] if eos is None else (eos if isinstance(eos, list) else [eos]))
+    eos_ids |= set(getattr(tokenizer, "eos_token_ids", ()) or ())
+    return EngineParts(model_config, tokenizer, mesh, kv_manager, scheduler, scfg, executor,
+                       max_model_len, frozenset(eos_ids))
