@@ -1,0 +1,164 @@
+"""Per-request KV page tables over the kvp groups (progressive onboarding).
+
+  Scheduler --can_allocate / allocate(request, n)--> KVCacheManager --per group--> PageAllocator
+            <--page_tables(request)--  one page list per kvp group the request touches
+            --free(request)-->         every page back to its group's allocator
+
+Each kvp group has its own page pool of `num_pages_per_group` pages of `page_size` tokens. A
+request's KV positions fill group 0 first: group g holds positions [g*M, (g+1)*M) with
+M = `max_tokens_per_kvp_group` (a multiple of `page_size`, at most one group's capacity). With
+kvp == 1 and no M given, everything lives on group 0. `allocate(request, n)` makes sure pages
+exist for positions [0, request.num_computed_tokens + n); allocation is all-or-nothing: it
+checks every group first and raises `OutOfPagesError` without allocating anything when a group
+is short. Page tables returned are the manager's live lists (they only grow while the request
+holds its pages, and are dropped, not cleared, on free): read them, never mutate them.
+Pure Python, no JAX.
+"""
+
+from __future__ import annotations
+
+from medha_jax.page_allocator import OutOfPagesError, PageAllocator
+from medha_jax.request import Request
+
+
+class KVCacheManager:
+    def __init__(
+        self,
+        num_pages_per_group: int,
+        page_size: int,
+        kvp: int = 1,
+        max_tokens_per_kvp_group: int | None = None,
+    ):
+        for name, v in (("num_pages_per_group", num_pages_per_group), ("page_size", page_size), ("kvp", kvp)):
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+        capacity = num_pages_per_group * page_size
+        if max_tokens_per_kvp_group is None:
+            max_tokens_per_kvp_group = capacity
+        if (
+            not isinstance(max_tokens_per_kvp_group, int)
+            or max_tokens_per_kvp_group < page_size
+            or max_tokens_per_kvp_group % page_size
+            or max_tokens_per_kvp_group > capacity
+        ):
+            raise ValueError(
+                f"max_tokens_per_kvp_group must be a multiple of page_size={page_size} between "
+                f"{page_size} and one group's capacity {capacity} (num_pages_per_group * page_size), "
+                f"got {max_tokens_per_kvp_group!r}"
+            )
+        self.page_size = page_size
+        self.kvp = kvp
+        self.num_pages_per_group = num_pages_per_group
+        self.max_tokens_per_kvp_group = max_tokens_per_kvp_group
+        self.allocators = [PageAllocator(num_pages_per_group) for _ in range(kvp)]
+        self._tables: dict[str, list[list[int]]] = {}
+
+    # ---- capacity --------------------------------------------------------------------------
+    @property
+    def max_tokens_per_request(self) -> int:
+        """Most KV positions one request can ever hold (all groups, each filled to M)."""
+        return self.kvp * self.max_tokens_per_kvp_group
+
+    @property
+    def num_total_pages(self) -> int:
+        return self.kvp * self.num_pages_per_group
+
+    @property
+    def num_free_pages(self) -> int:
+        return sum(a.num_free for a in self.allocators)
+
+    @property
+    def num_free_pages_per_group(self) -> list[int]:
+        return [a.num_free for a in self.allocators]
+
+    @property
+    def usage(self) -> float:
+        """Fraction of all pages in use."""
+        return 1.0 - self.num_free_pages / self.num_total_pages
+
+    def pages_for(self, num_tokens: int) -> list[int]:
+        """Pages needed in each group (groups 0..last touched) to hold positions [0, num_tokens)."""
+        m, ps = self.max_tokens_per_kvp_group, self.page_size
+        out = []
+        g = 0
+        while g * m < num_tokens:
+            n = min(num_tokens - g * m, m)
+            out.append(-(-n // ps))
+            g += 1
+        return out
+
+    def can_ever_fit(self, num_tokens: int) -> bool:
+        return num_tokens <= self.max_tokens_per_request
+
+    # ---- per request -----------------------------------------------------------------------
+    def _shortfall(self, request: Request, num_new_tokens: int) -> list[int] | None:
+        """Pages to add per group; None if the positions could never fit."""
+        target = request.num_computed_tokens + num_new_tokens
+        if target > self.max_tokens_per_request:
+            return None
+        need = self.pages_for(target)
+        have = self._tables.get(request.request_id, ())
+        return [n - (len(have[g]) if g < len(have) else 0) for g, n in enumerate(need)]
+
+    def can_allocate(self, request: Request, num_new_tokens: int) -> bool:
+        """Whether `allocate(request, num_new_tokens)` would succeed now."""
+        short = self._shortfall(request, num_new_tokens)
+        if short is None:
+            return False
+        allocs = self.allocators
+        return all(n <= allocs[g].num_free for g, n in enumerate(short))
+
+    def num_missing_pages(self, request: Request, num_new_tokens: int) -> int:
+        """Pages still to allocate for `num_new_tokens` more tokens (over all groups)."""
+        short = self._shortfall(request, num_new_tokens)
+        if short is None:
+            raise ValueError(
+                f"request {request.request_id} would hold {request.num_computed_tokens + num_new_tokens} "
+                f"tokens, more than the {self.max_tokens_per_request} one request can ever hold"
+            )
+        return sum(max(n, 0) for n in short)
+
+    def allocate(self, request: Request, num_new_tokens: int) -> None:
+        """Ensure pages for positions [0, num_computed_tokens + num_new_tokens); all or nothing."""
+        if num_new_tokens < 0:
+            raise ValueError(f"num_new_tokens must be >= 0, got {num_new_tokens}")
+        short = self._shortfall(request, num_new_tokens)
+        if short is None:
+            raise OutOfPagesError(
+                f"request {request.request_id} would hold {request.num_computed_tokens + num_new_tokens} "
+                f"tokens, more than the {self.max_tokens_per_request} one request can ever hold"
+            )
+        allocs = self.allocators
+        for g, n in enumerate(short):
+            if n > allocs[g].num_free:
+                raise OutOfPagesError(
+                    f"request {request.request_id} needs {n} more pages in kvp group {g}, "
+                    f"{allocs[g].num_free} free"
+                )
+        tables = self._tables.setdefault(request.request_id, [])
+        for g, n in enumerate(short):
+            if g == len(tables):
+                tables.append([])
+            if n > 0:
+                tables[g].extend(allocs[g].allocate(n))
+
+    def page_tables(self, request: Request) -> list[list[int]]:
+        """The request's pages, one list per group it touches ([] when it holds none)."""
+        return self._tables.get(request.request_id, [])
+
+    def holds(self, request: Request) -> bool:
+        return request.request_id in self._tables
+
+    def free(self, request: Request) -> int:
+        """Release every page of the request; returns how many (0 if it held none)."""
+        tables = self._tables.pop(request.request_id, None)
+        if not tables:
+            return 0
+        n = 0
+        for g, pages in enumerate(tables):
+            self.allocators[g].free(pages)
+            n += len(pages)
+        return n
+
+
+__all__ = ["KVCacheManager", "OutOfPagesError"]

@@ -1,0 +1,264 @@
+"""`Scheduler`: request queues, KV pages, preemption, and the per-iteration decision.
+
+  engine --add_request / abort--> Scheduler (waiting queue, running set, KVCacheManager)
+  engine --schedule(now)-------> ScheduledBatch: all ready decodes first (phase 1), then prefill
+                                 chunks chosen by the packer (phase 2); page tables attached
+  engine --on_batch_done(batch, now, measured_time)--> num_computed_tokens += scheduled tokens,
+                                 IterationRecord(composition, predicted, measured)
+  engine appends sampled tokens, decides stops --finish(request, status)--> pages freed, gone
+
+What goes into phase 2 (which prefills, how many tokens each) is the packer's job
+(`token_budget.py` for fcfs, `time_budget.py` for edf/lrs/lars); in which order candidates are
+considered is the policy's (`policies.py`). This class owns the shared mechanics: readiness,
+page allocation with preemption under memory pressure, state transitions and records.
+
+Preemption (recompute): when a running request needs pages that are not free, the scheduler
+frees the lowest-priority partial prefill not already in this batch, then (for decodes only)
+the most recently started decode; a decode with no victim left preempts itself. A preempted
+request returns to the waiting queue with num_computed_tokens = 0 (status PREEMPTED until the
+batch is done, then WAITING) and keeps its generated tokens, which are recomputed as context.
+Waiting requests never preempt: they wait for free pages.
+
+A request is "in flight" from `schedule` until `on_batch_done` for the batch holding it; an
+in-flight request is neither scheduled again nor preempted, so an engine may form the next batch
+before the previous one finishes. Pure Python, no JAX.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from medha_jax.batch import ScheduledBatch, ScheduledSeq
+from medha_jax.kv_cache_manager import KVCacheManager
+from medha_jax.request import Request, RequestStatus
+from medha_jax.scheduler.config import SchedulerConfig
+from medha_jax.scheduler.records import Composition, IterationLog, IterationRecord
+
+
+class LiveRequests:
+    """Read-only view of the scheduler's unfinished requests: `req in view`, `view[id]`, iteration."""
+
+    __slots__ = ("_by_id",)
+
+    def __init__(self, by_id: dict[str, Request]):
+        self._by_id = by_id
+
+    def __contains__(self, item) -> bool:
+        if isinstance(item, Request):
+            return self._by_id.get(item.request_id) is item
+        return item in self._by_id
+
+    def __getitem__(self, request_id: str) -> Request:
+        return self._by_id[request_id]
+
+    def get(self, request_id: str) -> Request | None:
+        return self._by_id.get(request_id)
+
+    def __iter__(self) -> Iterator[Request]:
+        return iter(list(self._by_id.values()))
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+
+class Scheduler:
+    def __init__(self, config: SchedulerConfig, kv_manager: KVCacheManager, policy, packer,
+                 predictor=None, *, max_model_len: int | None = None):
+        self.config = config
+        self.kv = kv_manager
+        self.policy = policy
+        self.packer = packer
+        self.predictor = predictor
+        self.max_model_len = max_model_len
+        self._by_id: dict[str, Request] = {}
+        self.waiting: dict[Request, None] = {}
+        """Requests holding no pages, in arrival (or re-queue) order."""
+        self.running: dict[Request, None] = {}
+        """Requests holding pages, in the order they (re)started."""
+        self._in_flight: set[Request] = set()
+        self.records = IterationLog(config.max_records)
+        self.num_preemptions = 0
+
+    # ---- requests in and out ---------------------------------------------------------------
+    @property
+    def requests(self) -> LiveRequests:
+        return LiveRequests(self._by_id)
+
+    def add_request(self, request: Request) -> None:
+        if request.request_id in self._by_id:
+            raise ValueError(f"request_id {request.request_id!r} is already scheduled")
+        if request.is_finished:
+            raise ValueError(f"request {request.request_id!r} is already finished ({request.status.value})")
+        need = request.prompt_len + request.sampling_params.max_tokens
+        if self.max_model_len is not None:
+            need = min(need, self.max_model_len)
+        if not self.kv.can_ever_fit(need):
+            raise ValueError(
+                f"request {request.request_id!r} needs KV for {need} tokens (prompt {request.prompt_len} "
+                f"+ max_tokens {request.sampling_params.max_tokens}), but one request can hold at most "
+                f"{self.kv.max_tokens_per_request} ({self.kv.kvp} kvp group(s) x "
+                f"{self.kv.max_tokens_per_kvp_group} tokens); raise the page count or lower max_tokens"
+            )
+        request.status = RequestStatus.WAITING
+        self._by_id[request.request_id] = request
+        self.waiting[request] = None
+        self.policy.on_add(request)
+
+    def abort(self, request_id: str) -> Request | None:
+        """Finish a request as aborted and free its pages now; None if it is not here."""
+        req = self._by_id.get(request_id)
+        if req is None:
+            return None
+        self.finish(req, RequestStatus.FINISHED_ABORTED)
+        return req
+
+    def finish(self, request: Request, status: RequestStatus, now: float | None = None) -> None:
+        """The engine ended the request (stop, length, abort, error): free its pages, forget it."""
+        if not status.finished:
+            raise ValueError(f"finish() needs a finished status, got {status}")
+        if self._by_id.get(request.request_id) is not request:
+            raise ValueError(f"request {request.request_id!r} is not in this scheduler")
+        del self._by_id[request.request_id]
+        self.waiting.pop(request, None)
+        self.running.pop(request, None)
+        self._in_flight.discard(request)
+        self.kv.free(request)
+        self.policy.on_remove(request)
+        request.status = status
+        if now is not None and request.finish_time is None:
+            request.finish_time = now
+
+    def preempt_all(self) -> list[Request]:
+        """Preempt every running request (e.g. the device KV cache was lost)."""
+        victims = list(self.running)
+        self._in_flight.clear()
+        for r in victims:
+            self._preempt(r)
+        for r in victims:
+            r.status = RequestStatus.WAITING
+        return victims
+
+    @property
+    def has_unfinished(self) -> bool:
+        return bool(self._by_id)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting)
+
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
+
+    # ---- one iteration -----------------------------------------------------------------------
+    def schedule(self, now: float) -> ScheduledBatch:
+        batch = ScheduledBatch()
+        self.policy.begin(now)
+        self._schedule_decodes(batch, now)
+        self.packer.pack_prefills(self, batch, now)
+        if batch.seqs and self.predictor is not None and batch.predicted_time is None:
+            batch.predicted_time = self.predictor.predict(Composition.from_batch(batch))
+        return batch
+
+    def on_batch_done(self, batch: ScheduledBatch, now: float, measured_time: float | None = None) -> None:
+        """Advance every scheduled request by its tokens and record the iteration."""
+        for seq in batch.seqs:
+            req = seq.request
+            self._in_flight.discard(req)
+            if req.is_finished or req.num_computed_tokens != seq.start_pos or req not in self.running:
+                continue  # finished, aborted or preempted while in flight: nothing to advance
+            req.num_computed_tokens += seq.num_tokens
+        for req in batch.preempted:
+            if req.status is RequestStatus.PREEMPTED:
+                req.status = RequestStatus.WAITING
+        if batch.seqs:
+            comp = Composition.from_batch(batch)
+            self.records.append(IterationRecord(comp, batch.predicted_time, measured_time, now))
+            if self.predictor is not None and measured_time is not None and batch.predicted_time:
+                self.predictor.observe(comp, measured_time)
+
+    # ---- helpers shared by the packers ------------------------------------------------------
+    def ready(self, req: Request) -> bool:
+        """Has tokens to compute and is not in flight."""
+        return req.num_remaining_tokens >= 1 and req not in self._in_flight
+
+    @staticmethod
+    def is_decode(req: Request) -> bool:
+        return req.num_remaining_tokens == 1 and bool(req.output_token_ids)
+
+    def prefill_candidates(self) -> list[Request]:
+        """Running partial prefills plus waiting requests that are ready, unordered."""
+        out = [r for r in self.running if not self.is_decode(r) and self.ready(r)]
+        out.extend(r for r in self.waiting if r.num_remaining_tokens >= 1)
+        return out
+
+    def add_seq(self, batch: ScheduledBatch, req: Request, n: int, now: float) -> ScheduledSeq:
+        """Put `n` tokens of `req` into the batch (pages must already be reserved)."""
+        if req in self.waiting:
+            del self.waiting[req]
+            self.running[req] = None
+        req.status = RequestStatus.RUNNING
+        if req.first_scheduled_time is None:
+            req.first_scheduled_time = now
+        seq = ScheduledSeq(req, req.num_computed_tokens, n, self.kv.page_tables(req))
+        batch.seqs.append(seq)
+        self._in_flight.add(req)
+        return seq
+
+    def reserve(self, req: Request, n: int, batch: ScheduledBatch, now: float) -> bool:
+        """Make sure `req` has pages for `n` more tokens, preempting others if it is running.
+
+        Returns False when the pages cannot be had (a decode with no victim left preempts
+        itself; a waiting request simply has to wait)."""
+        kv = self.kv
+        while not kv.can_allocate(req, n):
+            if req not in self.running:
+                return False
+            victim = self._pick_victim(req, now)
+            if victim is None:
+                if self.is_decode(req):
+                    self._preempt(req)
+                    batch.preempted.append(req)
+                return False
+            self._preempt(victim)
+            batch.preempted.append(victim)
+        kv.allocate(req, n)
+        return True
+
+    def _pick_victim(self, requester: Request, now: float) -> Request | None:
+        decode = self.is_decode(requester)
+        key = self.policy.key
+        floor = None if decode else key(requester, now)
+        worst, worst_key = None, None
+        for r in self.running:
+            if r is requester or r in self._in_flight or self.is_decode(r):
+                continue
+            k = key(r, now)
+            if (floor is None or k > floor) and (worst is None or k > worst_key):
+                worst, worst_key = r, k
+        if worst is not None or not decode:
+            return worst
+        for r in reversed(self.running):
+            if r is not requester and r not in self._in_flight and self.is_decode(r):
+                return r
+        return None
+
+    def _preempt(self, req: Request) -> None:
+        self.kv.free(req)
+        self.running.pop(req, None)
+        req.num_computed_tokens = 0
+        req.status = RequestStatus.PREEMPTED
+        req.num_preemptions += 1
+        self.num_preemptions += 1
+        self.waiting[req] = None
+
+    def _schedule_decodes(self, batch: ScheduledBatch, now: float) -> None:
+        cap = self.config.max_num_seqs
+        decodes = [r for r in self.running if self.is_decode(r) and self.ready(r)]
+        for req in decodes:
+            if len(batch.seqs) >= cap:
+                break
+            if req not in self.running:
+                continue  # preempted as a victim of an earlier decode
+            if self.reserve(req, 1, batch, now):
+                self.add_seq(batch, req, 1, now)

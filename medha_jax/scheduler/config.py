@@ -1,0 +1,97 @@
+"""`SchedulerConfig`: every scheduling knob, validated on construction.
+
+One field per knob, each with a docstring that the CLI turns into `--help` text. The scheduler,
+the batch packers, the prefill-time cache and the simulator all read this one object.
+Pure Python, no JAX.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+POLICIES = ("fcfs", "fcfs_nonchunked", "edf", "lrs", "lars")
+TIME_BUDGET_POLICIES = ("edf", "lrs", "lars")
+
+
+@dataclass(slots=True)
+class SchedulerConfig:
+    policy: str = "fcfs"
+    """Scheduling policy: fcfs (Sarathi chunked prefills under a token budget), fcfs_nonchunked
+    (whole prompts, the convoy baseline), or edf / lrs / lars (priority order, chunks sized by the
+    runtime predictor under a time budget; lars is Medha's)."""
+    max_num_batched_tokens: int = 512
+    """Token budget per iteration for fcfs; for fcfs_nonchunked the cap on extra whole prompts
+    (the first prompt of an iteration always runs whole)."""
+    max_num_seqs: int = 256
+    """Most sequences (decodes + prefill chunks) in one iteration."""
+    t_target: float | None = None
+    """Iteration time budget in seconds for edf/lrs/lars (default 0.05, or tpot_slo when given)."""
+    tpot_slo: float | None = None
+    """Decode time-per-output-token SLO in seconds; when set, t_target defaults to it."""
+    deadline_k: float = 1.5
+    """Derived TTFT deadline D = max(deadline_k * T_prefill(prompt), deadline_min)."""
+    deadline_min: float = 0.5
+    """Smallest derived TTFT deadline, in seconds."""
+    chunk_granularity: int = 32
+    """Prefill chunk sizes are multiples of this (except a request's last chunk)."""
+    min_chunk: int = 32
+    """Smallest prefill chunk the time-budget packer schedules (unless fewer tokens remain)."""
+    max_chunk: int = 8192
+    """Largest prefill chunk the time-budget packer schedules."""
+    accept_within: float = 0.1
+    """Stop the chunk binary search once a chunk's predicted time is within this fraction of the budget."""
+    multi_prefill_fraction: float = 0.9
+    """Keep adding prefills to a batch while its predicted time is below this fraction of t_target."""
+    long_threshold: int = 262144
+    """A prefill is long once its prompt reaches this many tokens; at most one long prefill per batch."""
+    rho_max: float = 0.5
+    """Largest fraction of t_target a long prefill yields to others (space sharing)."""
+    prefill_cache_granularity: int = 256
+    """Token granularity of the simulated prefill-time cache (Algorithm 3)."""
+    prefill_cache_dir: str | None = None
+    """Directory to persist prefill-time caches in; None keeps them in memory only."""
+    max_prefill_candidates: int = 64
+    """Most prefill candidates (best priority first) the time-budget packer examines per iteration."""
+    max_records: int = 4096
+    """Iteration records kept (composition, predicted and measured time); oldest dropped first."""
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise ValueError(f"unknown scheduling policy {self.policy!r}; valid: {', '.join(POLICIES)}")
+        for name in ("max_num_batched_tokens", "max_num_seqs", "chunk_granularity", "min_chunk",
+                     "max_chunk", "long_threshold", "prefill_cache_granularity",
+                     "max_prefill_candidates", "max_records"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+        if self.tpot_slo is not None and not self.tpot_slo > 0:
+            raise ValueError(f"tpot_slo must be > 0 seconds, got {self.tpot_slo!r}")
+        if self.t_target is None:
+            self.t_target = self.tpot_slo if self.tpot_slo is not None else 0.05
+        if not self.t_target > 0:
+            raise ValueError(f"t_target must be > 0 seconds, got {self.t_target!r}")
+        if self.tpot_slo is not None and self.t_target > self.tpot_slo:
+            raise ValueError(
+                f"t_target={self.t_target} s exceeds tpot_slo={self.tpot_slo} s: every decode would miss its SLO"
+            )
+        if not self.deadline_k > 0:
+            raise ValueError(f"deadline_k must be > 0, got {self.deadline_k!r}")
+        if not self.deadline_min >= 0:
+            raise ValueError(f"deadline_min must be >= 0 seconds, got {self.deadline_min!r}")
+        if self.min_chunk % self.chunk_granularity or self.max_chunk % self.chunk_granularity:
+            raise ValueError(
+                f"min_chunk={self.min_chunk} and max_chunk={self.max_chunk} must be multiples of "
+                f"chunk_granularity={self.chunk_granularity}"
+            )
+        if self.min_chunk > self.max_chunk:
+            raise ValueError(f"min_chunk={self.min_chunk} exceeds max_chunk={self.max_chunk}")
+        if not 0.0 <= self.accept_within < 1.0:
+            raise ValueError(f"accept_within must be in [0, 1), got {self.accept_within!r}")
+        if not 0.0 < self.multi_prefill_fraction <= 1.0:
+            raise ValueError(f"multi_prefill_fraction must be in (0, 1], got {self.multi_prefill_fraction!r}")
+        if not 0.0 <= self.rho_max < 1.0:
+            raise ValueError(f"rho_max must be in [0, 1), got {self.rho_max!r}")
+
+    @property
+    def uses_time_budget(self) -> bool:
+        return self.policy in TIME_BUDGET_POLICIES

@@ -1,0 +1,47 @@
+"""Phase 2 for the fcfs policies: prefills under a token budget (no runtime predictor).
+
+  Scheduler.schedule -> decodes already in the batch -> TokenBudgetPacker.pack_prefills:
+      candidates (running partial prefills + waiting) in policy order (arrival for fcfs)
+      chunked (Sarathi):   chunk = min(remaining, max_num_batched_tokens - tokens so far)
+      whole (nonchunked):  each prompt whole, in one iteration; the first always goes in, later
+                           ones only while the batch stays within max_num_batched_tokens
+
+A waiting request that cannot get its pages stops admission (strict arrival order; it waits for
+memory rather than being overtaken); a running partial prefill that cannot get pages after
+preempting lower-priority partial prefills is skipped this iteration. Pure Python, no JAX.
+"""
+
+from __future__ import annotations
+
+from medha_jax.batch import ScheduledBatch
+
+
+class TokenBudgetPacker:
+    def __init__(self, chunked: bool = True):
+        self.chunked = chunked
+
+    def pack_prefills(self, sched, batch: ScheduledBatch, now: float) -> None:
+        cfg = sched.config
+        budget = cfg.max_num_batched_tokens
+        used = batch.num_tokens
+        first = True
+        for req in sched.policy.order(sched.prefill_candidates(), now):
+            if len(batch.seqs) >= cfg.max_num_seqs:
+                break
+            remaining = req.num_remaining_tokens
+            if self.chunked:
+                n = min(remaining, budget - used)
+                if n <= 0:
+                    break
+            else:
+                n = remaining
+                if not first and used + n > budget:
+                    break
+            waiting = req in sched.waiting
+            if not sched.reserve(req, n, batch, now):
+                if waiting:
+                    break
+                continue
+            sched.add_seq(batch, req, n, now)
+            used += n
+            first = False

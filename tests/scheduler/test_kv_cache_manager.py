@@ -1,0 +1,76 @@
+import pytest
+
+from medha_jax.kv_cache_manager import KVCacheManager, OutOfPagesError
+from tests.scheduler.factories import make_kv, make_requests
+
+
+def test_single_group_pages_cover_positions():
+    kv = make_kv(num_pages=8, page_size=4)
+    (r,) = make_requests(1, prompt_len=10)
+    assert kv.can_allocate(r, 10)
+    kv.allocate(r, 10)  # positions [0, 10) -> 3 pages
+    assert kv.page_tables(r) == [[0, 1, 2]]
+    r.num_computed_tokens = 10
+    kv.allocate(r, 2)  # [0, 12) still 3 pages
+    assert kv.page_tables(r) == [[0, 1, 2]]
+    kv.allocate(r, 3)  # [0, 13) -> 4 pages
+    assert kv.page_tables(r) == [[0, 1, 2, 3]]
+    assert (kv.num_free_pages, kv.num_total_pages) == (4, 8)
+    assert kv.free(r) == 4
+    assert kv.num_free_pages == 8 and kv.page_tables(r) == []
+
+
+def test_progressive_onboarding_over_kvp_groups():
+    kv = make_kv(num_pages=4, page_size=4, kvp=3, max_tokens_per_kvp_group=8)
+    (r,) = make_requests(1, prompt_len=20)
+    assert kv.max_tokens_per_request == 24
+    assert kv.pages_for(20) == [2, 2, 1]
+    kv.allocate(r, 6)
+    assert kv.page_tables(r) == [[0, 1]]
+    r.num_computed_tokens = 6
+    kv.allocate(r, 14)  # up to 20: group 0 [0,8), group 1 [8,16), group 2 [16,20)
+    assert kv.page_tables(r) == [[0, 1], [0, 1], [0]]
+    assert kv.num_free_pages_per_group == [2, 2, 3]
+    assert kv.num_free_pages == 7
+
+
+def test_allocation_is_all_or_nothing():
+    kv = make_kv(num_pages=2, page_size=4, kvp=2, max_tokens_per_kvp_group=8)
+    a, b = make_requests(2, prompt_len=12)
+    kv.allocate(b, 4)
+    b.num_computed_tokens = 4
+    kv.allocate(b, 4)  # b: group 0 full
+    assert kv.num_free_pages_per_group == [0, 2]
+    assert not kv.can_allocate(a, 12)
+    with pytest.raises(OutOfPagesError, match="kvp group 0"):
+        kv.allocate(a, 12)
+    assert kv.num_free_pages_per_group == [0, 2] and not kv.holds(a)
+
+
+def test_beyond_capacity_never_fits():
+    kv = make_kv(num_pages=4, page_size=4)
+    (r,) = make_requests(1, prompt_len=17)
+    assert not kv.can_ever_fit(17) and kv.can_ever_fit(16)
+    assert not kv.can_allocate(r, 17)
+    with pytest.raises(OutOfPagesError, match="more than the 16"):
+        kv.allocate(r, 17)
+    with pytest.raises(ValueError, match="more than the 16"):
+        kv.num_missing_pages(r, 17)
+    assert kv.num_missing_pages(r, 16) == 4
+
+
+@pytest.mark.parametrize("kwargs, msg", [
+    (dict(num_pages_per_group=0, page_size=4), "num_pages_per_group"),
+    (dict(num_pages_per_group=4, page_size=4, kvp=0), "kvp"),
+    (dict(num_pages_per_group=4, page_size=4, kvp=2, max_tokens_per_kvp_group=6), "multiple of page_size"),
+    (dict(num_pages_per_group=4, page_size=4, kvp=2, max_tokens_per_kvp_group=32), "capacity 16"),
+])
+def test_bad_config(kwargs, msg):
+    with pytest.raises(ValueError, match=msg):
+        KVCacheManager(**kwargs)
+
+
+def test_free_unknown_request_is_a_no_op():
+    kv = make_kv()
+    (r,) = make_requests(1)
+    assert kv.free(r) == 0
