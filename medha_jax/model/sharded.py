@@ -1,0 +1,65 @@
+"""The global view of the model: shard_map wrapper, sharded KV cache, param shardings.
+
+Data flow: global params (sharded as in `sharding.PARAM_AXES`) + global KV cache
+[L, N, page, KVHr, Dh] sharded P("spp", "kvp", None, "tp", None) + replicated `ModelInputs`
+-> `jax.shard_map(llama.forward)` -> replicated logits f32[S, V] + the updated cache (same
+sharding). The returned function is jittable; the executor jits it with sampling and donates the
+cache.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from medha_jax.model import sharding
+from medha_jax.model.config import LlamaConfig
+from medha_jax.model.llama import AttentionFn, forward
+
+param_shardings = sharding.param_shardings
+
+
+def make_forward(cfg: LlamaConfig, mesh: Mesh, attention_fn: AttentionFn):
+    """`(params, kv_k, kv_v, inp) -> (logits f32[S, V], kv_k, kv_v)` over `mesh`.
+
+    Raises ValueError if cfg does not split over the mesh, NotImplementedError (at trace time)
+    for spp > 1 or kvp > 1.
+    """
+    sharding.layout(cfg, mesh)
+    per_device = functools.partial(forward, cfg=cfg, attention_fn=attention_fn)
+    kv = sharding.KV_CACHE_SPEC
+    return jax.shard_map(
+        per_device,
+        mesh=mesh,
+        in_specs=(sharding.param_specs(cfg), kv, kv, P()),
+        out_specs=(P(), kv, kv),
+        # Attention kernels (Pallas calls, loops with freshly made carries) carry no
+        # varying-manual-axes annotations, so the vma type check would reject them. Replication
+        # of the logits over tp comes from the all_gather; over spp/kvp from their size 1 today.
+        check_vma=False,
+    )
+
+
+def kv_cache_sharding(mesh: Mesh) -> NamedSharding:
+    return NamedSharding(mesh, sharding.KV_CACHE_SPEC)
+
+
+def init_kv_cache(cfg: LlamaConfig, mesh: Mesh, num_pages: int, page_size: int,
+                  dtype=jnp.bfloat16) -> tuple[jax.Array, jax.Array]:
+    """Zero (kv_k, kv_v), each global [L, num_pages, page_size, KVHr, Dh], created sharded.
+
+    num_pages is the global count: each kvp group gets num_pages // kvp pages (its local pool).
+    """
+    shape = sharding.kv_cache_shape(cfg, sharding.layout(cfg, mesh), num_pages, page_size)
+    zeros = jax.jit(lambda: jnp.zeros(shape, dtype), out_shardings=kv_cache_sharding(mesh))
+    return zeros(), zeros()
+
+
+def kv_cache_bytes_per_page(cfg: LlamaConfig, mesh: Mesh, page_size: int, dtype=jnp.bfloat16) -> int:
+    """Bytes one page of K plus V takes on ONE device (for sizing the pool from free memory)."""
+    lay = sharding.layout(cfg, mesh)
+    per_dev = (cfg.num_layers // lay.spp) * page_size * (lay.kv_heads // lay.tp) * cfg.head_dim
+    return 2 * per_dev * jnp.dtype(dtype).itemsize

@@ -1,0 +1,176 @@
+"""Every sharding decision of the model in one place: logical axis names -> mesh axes.
+
+The model code and the loader name array dimensions logically ("layers", "heads", ...);
+`LOGICAL_TO_MESH` maps each name to a mesh axis of `Mesh(devices, ("kvp", "spp", "tp"))` or to
+None (replicated). `PARAM_AXES` / `KV_CACHE_AXES` give every array's logical dimensions, so its
+PartitionSpec is derived, never written by hand elsewhere.
+
+Why each choice:
+- "layers" -> spp: pipeline stage s holds layers [s*L/spp, (s+1)*L/spp).
+- "heads", "kv_heads" -> tp: wq/wk/wv column-parallel (whole heads per device), wo
+  row-parallel; the model psums over tp after wo.
+- "mlp" -> tp: gate/up column-parallel, down row-parallel; psum over tp after down.
+- "vocab" -> tp: embedding and lm_head are vocab-parallel. The embedding lookup is masked to the
+  device's vocab rows and psummed; lm_head makes [S, V/tp] logits that are all-gathered over tp.
+  The vocab is zero-padded up to a multiple of tp (`Layout.vocab_padded`); padded logits are
+  sliced off before they leave the model.
+- "pages" -> kvp: each kvp group has its own page pool. "page_slot" and "head_dim": replicated.
+- "embed" (the width D): replicated; activations [T, D] are replicated over tp.
+- Everything is replicated over kvp (each kvp group is a full model replica).
+
+KV-head replication: when tp > num_kv_heads (tp % num_kv_heads == 0) every kv head is copied
+tp/num_kv_heads times, so the params and the cache hold `Layout.kv_heads == tp` kv heads and
+each device owns exactly one, the one its query heads use. When num_kv_heads % tp == 0 the kv
+heads are split. Anything else is an error naming both numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from medha_jax.model.config import LlamaConfig
+
+MESH_AXES = ("kvp", "spp", "tp")
+
+LOGICAL_TO_MESH: dict[str, str | None] = {
+    "layers": "spp",
+    "vocab": "tp",
+    "embed": None,
+    "heads": "tp",
+    "kv_heads": "tp",
+    "head_dim": None,
+    "mlp": "tp",
+    "pages": "kvp",
+    "page_slot": None,
+}
+
+# Logical dimensions of every parameter (global shapes in `param_shapes`).
+PARAM_AXES: dict[str, Any] = {
+    "embed": ("vocab", "embed"),  # [Vp, D]
+    "layers": {
+        "attn_norm": ("layers", "embed"),  # [L, D]
+        "wq": ("layers", "embed", "heads", "head_dim"),  # [L, D, H, Dh]
+        "wk": ("layers", "embed", "kv_heads", "head_dim"),  # [L, D, KVHr, Dh]
+        "wv": ("layers", "embed", "kv_heads", "head_dim"),  # [L, D, KVHr, Dh]
+        "wo": ("layers", "heads", "head_dim", "embed"),  # [L, H, Dh, D]
+        "mlp_norm": ("layers", "embed"),  # [L, D]
+        "w_gate": ("layers", "embed", "mlp"),  # [L, D, F]
+        "w_up": ("layers", "embed", "mlp"),  # [L, D, F]
+        "w_down": ("layers", "mlp", "embed"),  # [L, F, D]
+    },
+    "final_norm": ("embed",),  # [D]
+    "lm_head": ("vocab", "embed"),  # [Vp, D]; absent when tie_word_embeddings
+}
+
+KV_CACHE_AXES = ("layers", "pages", "page_slot", "kv_heads", "head_dim")  # [L, N, page, KVHr, Dh]
+
+
+def spec(axes: tuple[str, ...]) -> P:
+    """PartitionSpec of an array whose dimensions have these logical names."""
+    return P(*(LOGICAL_TO_MESH[a] for a in axes))
+
+
+KV_CACHE_SPEC = spec(KV_CACHE_AXES)  # P("spp", "kvp", None, "tp", None)
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """Sizes that depend on the mesh as well as the model."""
+
+    tp: int
+    spp: int
+    kvp: int
+    kv_heads: int
+    """kv heads held by params and cache (num_kv_heads, or tp when replicated)."""
+    kv_repeat: int
+    """Copies of each checkpoint kv head (kv_heads // num_kv_heads)."""
+    vocab_padded: int
+    """vocab_size rounded up to a multiple of tp."""
+
+
+def mesh_degrees(mesh: Mesh | Mapping[str, int]) -> dict[str, int]:
+    """{"kvp", "spp", "tp"} -> degree, from a Mesh or a dict (missing axes are 1)."""
+    shape = dict(mesh.shape) if isinstance(mesh, Mesh) else dict(mesh)
+    unknown = set(shape) - set(MESH_AXES)
+    if unknown:
+        raise ValueError(f"mesh has unknown axes {sorted(unknown)}; expected {MESH_AXES}")
+    return {a: int(shape.get(a, 1)) for a in MESH_AXES}
+
+
+def layout(cfg: LlamaConfig, mesh: Mesh | Mapping[str, int]) -> Layout:
+    """Check that cfg splits over the mesh and return the derived sizes."""
+    d = mesh_degrees(mesh)
+    tp, spp, kvp = d["tp"], d["spp"], d["kvp"]
+    if cfg.num_heads % tp:
+        raise ValueError(f"num_heads={cfg.num_heads} is not divisible by tp={tp}")
+    if cfg.intermediate_size % tp:
+        raise ValueError(f"intermediate_size={cfg.intermediate_size} is not divisible by tp={tp}")
+    if cfg.num_layers % spp:
+        raise ValueError(f"num_layers={cfg.num_layers} is not divisible by spp={spp}")
+    kvh = cfg.num_kv_heads
+    if kvh % tp == 0:
+        kv_heads = kvh
+    elif tp % kvh == 0:
+        kv_heads = tp
+    else:
+        raise ValueError(
+            f"num_kv_heads={kvh} and tp={tp}: tp must divide num_kv_heads or be a multiple of it")
+    vocab_padded = -(-cfg.vocab_size // tp) * tp
+    return Layout(tp, spp, kvp, kv_heads, kv_heads // kvh, vocab_padded)
+
+
+def param_shapes(cfg: LlamaConfig, lay: Layout) -> dict[str, Any]:
+    """Global shape of every parameter, same tree as `PARAM_AXES` (minus lm_head when tied)."""
+    L, D, F = cfg.num_layers, cfg.hidden_size, cfg.intermediate_size
+    H, Dh, K, Vp = cfg.num_heads, cfg.head_dim, lay.kv_heads, lay.vocab_padded
+    shapes = {
+        "embed": (Vp, D),
+        "layers": {
+            "attn_norm": (L, D),
+            "wq": (L, D, H, Dh),
+            "wk": (L, D, K, Dh),
+            "wv": (L, D, K, Dh),
+            "wo": (L, H, Dh, D),
+            "mlp_norm": (L, D),
+            "w_gate": (L, D, F),
+            "w_up": (L, D, F),
+            "w_down": (L, F, D),
+        },
+        "final_norm": (D,),
+    }
+    if not cfg.tie_word_embeddings:
+        shapes["lm_head"] = (Vp, D)
+    return shapes
+
+
+def param_axes(cfg: LlamaConfig) -> dict[str, Any]:
+    """`PARAM_AXES` restricted to the params this config has."""
+    axes = {k: v for k, v in PARAM_AXES.items() if k != "lm_head" or not cfg.tie_word_embeddings}
+    return axes
+
+
+def param_specs(cfg: LlamaConfig) -> dict[str, Any]:
+    """PartitionSpec of every parameter (the in_specs of the per-device forward)."""
+    return _map_axes(param_axes(cfg), spec)
+
+
+def param_shardings(cfg: LlamaConfig, mesh: Mesh) -> dict[str, Any]:
+    """NamedSharding of every parameter on this mesh (validates that cfg fits the mesh)."""
+    layout(cfg, mesh)
+    return _map_axes(param_axes(cfg), lambda a: NamedSharding(mesh, spec(a)))
+
+
+def kv_cache_shape(cfg: LlamaConfig, lay: Layout, num_pages: int, page_size: int) -> tuple[int, ...]:
+    """Global shape of each of kv_k / kv_v: [L, num_pages, page_size, KVHr, Dh]."""
+    if num_pages <= 0 or page_size <= 0:
+        raise ValueError(f"num_pages and page_size must be positive, got {num_pages}, {page_size}")
+    if num_pages % lay.kvp:
+        raise ValueError(f"num_pages={num_pages} is not divisible by kvp={lay.kvp}")
+    return (cfg.num_layers, num_pages, page_size, lay.kv_heads, cfg.head_dim)
+
+
+def _map_axes(tree: dict[str, Any], fn) -> dict[str, Any]:
+    return {k: _map_axes(v, fn) if isinstance(v, dict) else fn(v) for k, v in tree.items()}
