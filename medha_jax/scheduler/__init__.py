@@ -18,8 +18,11 @@ from medha_jax.scheduler.token_budget import TokenBudgetPacker
 
 
 def make_scheduler(config: SchedulerConfig, kv_manager: KVCacheManager, predictor=None, *,
-                   max_model_len: int | None = None) -> Scheduler:
-    """A `Scheduler` for `config.policy`; ValueError listing the valid names otherwise."""
+                   max_model_len: int | None = None, model_config=None, mesh_spec=None) -> Scheduler:
+    """A `Scheduler` for `config.policy`; ValueError listing the valid names otherwise.
+
+    `model_config` and `mesh_spec` are accepted for the engine's convenience (they identify the
+    predictor profile the engine should load); the scheduler itself only needs `predictor`."""
     name = config.policy
     if name == "fcfs":
         return Scheduler(config, kv_manager, FCFSPolicy(), TokenBudgetPacker(chunked=True), predictor,

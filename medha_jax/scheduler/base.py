@@ -139,6 +139,12 @@ class Scheduler:
         return victims
 
     @property
+    def max_batch_tokens(self) -> int | None:
+        """Upper bound on `batch.num_tokens` (for the executor's shape buckets); None for
+        fcfs_nonchunked, whose batches hold whole prompts."""
+        return self.packer.max_batch_tokens(self.config)
+
+    @property
     def has_unfinished(self) -> bool:
         return bool(self._by_id)
 

@@ -19,9 +19,10 @@ class SchedulerConfig:
     """Scheduling policy: fcfs (Sarathi chunked prefills under a token budget), fcfs_nonchunked
     (whole prompts, the convoy baseline), or edf / lrs / lars (priority order, chunks sized by the
     runtime predictor under a time budget; lars is Medha's)."""
-    max_num_batched_tokens: int = 512
-    """Token budget per iteration for fcfs; for fcfs_nonchunked the cap on extra whole prompts
-    (the first prompt of an iteration always runs whole)."""
+    max_num_batched_tokens: int | None = None
+    """Most tokens in one iteration. fcfs: the Sarathi token budget (default 512). edf/lrs/lars: a
+    hard cap beside the time budget (default max_chunk + max_num_seqs). fcfs_nonchunked: the cap on
+    extra whole prompts (default 512); the first prompt of an iteration always runs whole."""
     max_num_seqs: int = 256
     """Most sequences (decodes + prefill chunks) in one iteration."""
     t_target: float | None = None
@@ -58,12 +59,18 @@ class SchedulerConfig:
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
             raise ValueError(f"unknown scheduling policy {self.policy!r}; valid: {', '.join(POLICIES)}")
-        for name in ("max_num_batched_tokens", "max_num_seqs", "chunk_granularity", "min_chunk",
+        for name in ("max_num_seqs", "chunk_granularity", "min_chunk",
                      "max_chunk", "long_threshold", "prefill_cache_granularity",
                      "max_prefill_candidates", "max_records"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+        if self.max_num_batched_tokens is None:
+            self.max_num_batched_tokens = (
+                self.max_chunk + self.max_num_seqs if self.policy in TIME_BUDGET_POLICIES else 512
+            )
+        if not isinstance(self.max_num_batched_tokens, int) or self.max_num_batched_tokens < 1:
+            raise ValueError(f"max_num_batched_tokens must be an integer >= 1, got {self.max_num_batched_tokens!r}")
         if self.tpot_slo is not None and not self.tpot_slo > 0:
             raise ValueError(f"tpot_slo must be > 0 seconds, got {self.tpot_slo!r}")
         if self.t_target is None:

@@ -20,6 +20,9 @@ class TokenBudgetPacker:
     def __init__(self, chunked: bool = True):
         self.chunked = chunked
 
+    def max_batch_tokens(self, cfg) -> int | None:
+        return cfg.max_num_batched_tokens if self.chunked else None
+
     def pack_prefills(self, sched, batch: ScheduledBatch, now: float) -> None:
         cfg = sched.config
         budget = cfg.max_num_batched_tokens

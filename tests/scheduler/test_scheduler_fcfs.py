@@ -221,3 +221,10 @@ def test_bad_config_is_rejected(kwargs, msg):
 def test_t_target_defaults():
     assert SchedulerConfig().t_target == 0.05
     assert SchedulerConfig(tpot_slo=0.02).t_target == 0.02
+
+
+def test_max_batch_tokens_defaults_per_policy():
+    assert SchedulerConfig().max_num_batched_tokens == 512
+    assert SchedulerConfig(policy="lars").max_num_batched_tokens == 8192 + 256
+    assert make_scheduler("fcfs", max_num_batched_tokens=64).max_batch_tokens == 64
+    assert make_scheduler("fcfs_nonchunked").max_batch_tokens is None
