@@ -1,0 +1,157 @@
+"""Tokenizer: a thin wrapper over HF `tokenizers` plus streaming detokenization.
+
+Data flow: model dir -> tokenizer.json (required) + tokenizer_config.json (optional: chat
+template, bos/eos tokens) -> `Tokenizer` (encode / decode / eos ids / chat template)
+-> per request an `IncrementalDetokenizer` that turns a growing list of generated ids into text
+deltas, holding back bytes of a multi-byte UTF-8 character until it is complete.
+No JAX.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import tokenizers
+
+REPLACEMENT = "\ufffd"  # what byte-level decoders emit for an incomplete UTF-8 sequence
+
+
+class Tokenizer:
+    """encode/decode with the model's special tokens and (optionally) its chat template."""
+
+    def __init__(self, tok: tokenizers.Tokenizer, *, bos_token_id: int | None = None,
+                 eos_token_ids: Iterable[int] = (), chat_template: str | None = None,
+                 bos_token: str | None = None, eos_token: str | None = None):
+        self.tok = tok
+        self.bos_token_id = bos_token_id
+        self.eos_token_ids = tuple(dict.fromkeys(int(i) for i in eos_token_ids))
+        self.chat_template = chat_template
+        self.bos_token = bos_token
+        self.eos_token = eos_token
+
+    @classmethod
+    def from_dir(cls, model_dir: str | Path, eos_token_ids: Iterable[int] = (),
+                 bos_token_id: int | None = None) -> "Tokenizer":
+        """Load `<model_dir>/tokenizer.json` (+ tokenizer_config.json when present).
+
+        eos ids are the union of `eos_token_ids` (e.g. from config.json) and the
+        tokenizer_config's eos_token; bos likewise, the argument taking precedence.
+        """
+        d = Path(model_dir)
+        path = d / "tokenizer.json"
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"no tokenizer.json in {str(d)!r}; medha-jax needs an HF fast tokenizer file "
+                "(convert a SentencePiece tokenizer.model with transformers first)")
+        tok = tokenizers.Tokenizer.from_file(str(path))
+        conf: dict[str, Any] = {}
+        conf_path = d / "tokenizer_config.json"
+        if conf_path.is_file():
+            conf = json.loads(conf_path.read_text())
+        bos, eos = _token_text(conf.get("bos_token")), _token_text(conf.get("eos_token"))
+        eos_ids = list(eos_token_ids)
+        if eos is not None and tok.token_to_id(eos) is not None:
+            eos_ids.append(tok.token_to_id(eos))
+        if bos_token_id is None and bos is not None:
+            bos_token_id = tok.token_to_id(bos)
+        template = conf.get("chat_template")
+        if isinstance(template, list):  # [{"name": "default", "template": ...}, ...]
+            named = {t.get("name"): t.get("template") for t in template}
+            template = named.get("default") or next(iter(named.values()), None)
+        return cls(tok, bos_token_id=bos_token_id, eos_token_ids=eos_ids, chat_template=template,
+                   bos_token=bos, eos_token=eos)
+
+    @property
+    def vocab_size(self) -> int:
+        """Size of the tokenizer's vocabulary including added tokens."""
+        return self.tok.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """Token ids of text (the tokenizer's post-processor adds bos when add_special_tokens)."""
+        if not isinstance(text, str):
+            raise TypeError(f"Tokenizer.encode expects str, got {type(text).__name__}")
+        return self.tok.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        return self.tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def token_to_id(self, token: str) -> int | None:
+        return self.tok.token_to_id(token)
+
+    def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+        """Render messages with the tokenizer_config.json chat template (jinja2, sandboxed)."""
+        if not self.chat_template:
+            raise ValueError("this tokenizer has no chat_template (tokenizer_config.json lacks one)")
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+
+        def raise_exception(msg):
+            raise ValueError(f"chat template error: {msg}")
+
+        env.globals["raise_exception"] = raise_exception
+        return env.from_string(self.chat_template).render(
+            messages=messages, add_generation_prompt=add_generation_prompt,
+            bos_token=self.bos_token or "", eos_token=self.eos_token or "")
+
+    def incremental(self, prompt_ids: Sequence[int] = (), skip_special_tokens: bool = True) -> "IncrementalDetokenizer":
+        """A streaming detokenizer for one request (prompt ids give the decoding context)."""
+        return IncrementalDetokenizer(self, prompt_ids, skip_special_tokens)
+
+
+def _token_text(t: Any) -> str | None:
+    """tokenizer_config tokens are strings or {"content": ...} dicts (older AddedToken form)."""
+    if isinstance(t, dict):
+        return t.get("content")
+    return t if isinstance(t, str) else None
+
+
+# How many earlier tokens to re-decode as context: enough for decoders that treat the first
+# token of a string specially (leading-space stripping in SentencePiece-style decoders).
+_CONTEXT_TOKENS = 5
+
+
+def detokenize_incrementally(tok: Tokenizer, ids: Sequence[int], prefix_offset: int, read_offset: int,
+                             skip_special_tokens: bool = True) -> tuple[str, int, int]:
+    """New text from ids[read_offset:], decoded in the context of ids[prefix_offset:read_offset].
+
+    Returns (delta, prefix_offset, read_offset). While the newest ids end in an incomplete UTF-8
+    character (the decoder yields U+FFFD) the delta is "" and the offsets do not move, so the
+    character comes out whole once its last byte arrives.
+    """
+    prefix_text = tok.decode(ids[prefix_offset:read_offset], skip_special_tokens)
+    new_text = tok.decode(ids[prefix_offset:], skip_special_tokens)
+    if len(new_text) > len(prefix_text) and not new_text.endswith(REPLACEMENT):
+        return new_text[len(prefix_text):], read_offset, len(ids)
+    return "", prefix_offset, read_offset
+
+
+class IncrementalDetokenizer:
+    """Feed generated ids, get text deltas; `flush()` at the end emits anything held back."""
+
+    def __init__(self, tok: Tokenizer, prompt_ids: Sequence[int] = (), skip_special_tokens: bool = True):
+        self.tok = tok
+        self.skip = skip_special_tokens
+        self.ids: list[int] = list(prompt_ids)[-_CONTEXT_TOKENS:]
+        self.prefix_offset = 0
+        self.read_offset = len(self.ids)
+        self.text = ""
+
+    def add(self, new_ids: int | Sequence[int]) -> str:
+        """Append generated id(s); return the text they complete (possibly "")."""
+        self.ids.extend([new_ids] if isinstance(new_ids, int) else new_ids)
+        delta, self.prefix_offset, self.read_offset = detokenize_incrementally(
+            self.tok, self.ids, self.prefix_offset, self.read_offset, self.skip)
+        self.text += delta
+        return delta
+
+    def flush(self) -> str:
+        """Text of ids still held back (an incomplete character decodes to U+FFFD)."""
+        prefix_text = self.tok.decode(self.ids[self.prefix_offset:self.read_offset], self.skip)
+        new_text = self.tok.decode(self.ids[self.prefix_offset:], self.skip)
+        delta = new_text[len(prefix_text):] if len(new_text) > len(prefix_text) else ""
+        self.prefix_offset = self.read_offset = len(self.ids)
+        self.text += delta
+        return delta
