@@ -1,0 +1,102 @@
+"""Paged decode attention: split-K over pages (flash-decoding), Triton-lowered Pallas.
+
+Data flow:
+  grid (sequences, kv heads, splits): program (s, h, j) takes the decode query of sequence s
+  (its first token; MD rows = the G heads of kv head h, padded to 16), cuts the keys up to the
+  token's frontier min(q_offset + 1, kv_len) into `splits` ranges of whole KV blocks and walks
+  range j through the page table -> partial (o f32[MD, Dh], lse f32[MD]) per program
+  -> `merge.merge_attention` over the split axis (empty splits have lse = -inf and drop out)
+  -> scattered to each sequence's token -> (out [T, H, Dh], lse f32[T, H]).
+
+The contract wrapper is for decode batches: every sequence's first query token is computed
+as a decode; later tokens of a sequence (which a decode batch does not have) get (0, -inf).
+`decode_row` is the decode branch of the fused POD kernel (`pod.py`).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as plgpu
+
+from pallas_kernels import combine, metadata
+from pallas_kernels.config import DEFAULT_CONFIG, KernelConfig, Tiles, resolve_interpret
+from pallas_kernels.merge import merge_attention
+from pallas_kernels.tile_attention import run_row, tile_attention
+
+
+def decode_row(rows_ref, i, pt_ref, q_ref, k_ref, v_ref, o_ref, lse_ref, *, tiles: Tiles,
+               scale: float):
+    """The decode branch: one token x G heads on MD rows, one KV split of the work row."""
+    run_row(rows_ref, i, pt_ref, q_ref, k_ref, v_ref, o_ref, lse_ref, rows=tiles.MD, tiles=tiles,
+            scale=scale)
+
+
+def _decode_kernel(cu_ref, qoff_ref, kvlen_ref, pt_ref, q_ref, k_ref, v_ref, o_ref, lse_ref, *,
+                   tiles: Tiles, scale: float, splits: int):
+    s, h, j = pl.program_id(0), pl.program_id(1), pl.program_id(2)
+    BK = tiles.BK
+    base = qoff_ref[s] + 1  # the decode token sees keys < q_offset + 1
+    hi = jnp.minimum(jnp.maximum(base, 0), kvlen_ref[s])
+    n_blocks = lax.div(hi + (BK - 1), jnp.int32(BK))
+    per_split = jnp.maximum(lax.div(n_blocks + (splits - 1), jnp.int32(splits)), 1)
+    kv_lo = j * per_split * BK
+    kv_hi = jnp.maximum(jnp.minimum(kv_lo + per_split * BK, hi), kv_lo)
+    o, lse = tile_attention(q_ref, k_ref, v_ref, pt_ref, s, h, cu_ref[s], 1, base, kv_lo, kv_hi,
+                            rows=tiles.MD, groups=tiles.G, scale=scale,
+                            block_pages=tiles.block_pages)
+    o_ref[...] = o  # o_ref: f32[MD, Dh] block of [S, KVH, splits, MD, Dh]
+    lse_ref[...] = lse
+
+
+def decode_call(cu_q_lens, q_offsets, kv_lens, table, q, k_pages, v_pages, *, tiles: Tiles,
+                scale: float, splits: int, config: KernelConfig, interpret: bool):
+    """The raw kernel -> partial (o f32[S, KVH, splits, MD, Dh], lse f32[S, KVH, splits, MD])."""
+    S = q_offsets.shape[0]
+    KVH, Dh = k_pages.shape[2], q.shape[-1]
+    whole = pl.BlockSpec()  # whole array: pages are gathered in-kernel
+    return pl.pallas_call(
+        functools.partial(_decode_kernel, tiles=tiles, scale=scale, splits=splits),
+        grid=(S, KVH, splits),
+        in_specs=[whole] * 7,
+        out_specs=[
+            pl.BlockSpec((None, None, None, tiles.MD, Dh), lambda s, h, j: (s, h, j, 0, 0)),
+            pl.BlockSpec((None, None, None, tiles.MD), lambda s, h, j: (s, h, j, 0)),
+        ],
+        out_shape=[
+            jax.ShapeDtypeStruct((S, KVH, splits, tiles.MD, Dh), jnp.float32),
+            jax.ShapeDtypeStruct((S, KVH, splits, tiles.MD), jnp.float32),
+        ],
+        compiler_params=plgpu.CompilerParams(num_warps=config.decode_num_warps,
+                                             num_stages=config.num_stages),
+        interpret=interpret,
+        name="medha_decode_attention",
+    )(cu_q_lens, q_offsets, kv_lens, table, q, k_pages, v_pages)
+
+
+def decode_attention(q, k_pages, v_pages, page_table, cu_q_lens, q_offsets, kv_lens, *, scale,
+                     config: KernelConfig = DEFAULT_CONFIG, interpret: bool | None = None,
+                     splits: int | None = None):
+    """Contract signature for decode batches (one query token per sequence)."""
+    T, H, Dh = q.shape
+    N, page_size, KVH, _ = k_pages.shape
+    G = H // KVH
+    tiles = config.tiles(G, page_size)
+    splits = config.max_decode_splits if splits is None else splits
+    table = metadata.pad_page_table(page_table, num_pages=N, block_pages=tiles.block_pages)
+    kv_lens = metadata.clamp_kv_lens(kv_lens, max_pages=page_table.shape[1], page_size=page_size)
+    cu_q_lens = cu_q_lens.astype(jnp.int32)
+    o_part, lse_part = decode_call(
+        cu_q_lens, q_offsets.astype(jnp.int32), kv_lens, table, q, k_pages, v_pages, tiles=tiles,
+        scale=scale, splits=splits, config=config, interpret=resolve_interpret(interpret))
+    o_seq, lse_seq = merge_attention(jnp.moveaxis(o_part, 2, 0), jnp.moveaxis(lse_part, 2, 0))
+    S = q_offsets.shape[0]
+    tseq, loc, valid = metadata.token_sequences(cu_q_lens, T)
+    owned = valid & (loc == 0)
+    out, lse = combine.gather_tokens(o_seq.reshape(S * KVH, tiles.MD, Dh), lse_seq.reshape(S * KVH, tiles.MD),
+                                     tseq, jnp.zeros_like(tseq), kv_heads=KVH, groups=G)
+    return combine.assemble([(out, lse, owned)], q.dtype)

@@ -1,0 +1,88 @@
+"""Fused hybrid-batch paged attention (POD-Attention): prefill tiles and decode splits in one kernel.
+
+Data flow:
+  contract inputs -> two work lists built with jnp from the traced metadata
+  (`worklist.prefill_work`: sequences with q_len >= 2, M-row tiles, KV splits limited to
+  `prefill_waves` waves; `worklist.decode_work`: q_len == 1, MD-row tiles, flash-decoding splits)
+  -> `worklist.interleave`: one table i32[R, NCOL], prefill and decode rows mixed in proportion,
+  padded with NOOP rows to a power of two (fixed shape under jit)
+  -> one `pallas_call` over the 1-D grid of rows: `pl.when` on the row's kind runs the prefill
+  branch (`prefill.prefill_row`) or the decode branch (`decode.decode_row`), each writing its
+  partial (o, lse) to its slot of its kind's buffer
+  -> `combine`: splits merged by log-sum-exp, rows scattered back to tokens -> (out, lse).
+
+This is POD's CTA-parallel fusion; its SM-aware binding (%smid, per-SM counters) and persistent
+programs are not done: the launch order only interleaves, the hardware scheduler places programs.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as plgpu
+
+from pallas_kernels import combine, metadata, worklist
+from pallas_kernels.config import DEFAULT_CONFIG, KernelConfig, Tiles, resolve_interpret
+from pallas_kernels.decode import decode_row
+from pallas_kernels.prefill import prefill_row
+from pallas_kernels.worklist import DECODE, KIND, PREFILL
+
+
+def _pod_kernel(rows_ref, pt_ref, q_ref, k_ref, v_ref, op_ref, lp_ref, od_ref, ld_ref, *,
+                tiles: Tiles, scale: float):
+    i = pl.program_id(0)
+    kind = rows_ref[i, KIND]
+
+    @pl.when(kind == PREFILL)
+    def _():
+        prefill_row(rows_ref, i, pt_ref, q_ref, k_ref, v_ref, op_ref, lp_ref, tiles=tiles, scale=scale)
+
+    @pl.when(kind == DECODE)
+    def _():
+        decode_row(rows_ref, i, pt_ref, q_ref, k_ref, v_ref, od_ref, ld_ref, tiles=tiles, scale=scale)
+
+
+def pod_call(launch_rows, table, q, k_pages, v_pages, *, prefill_slots: int, decode_slots: int,
+             tiles: Tiles, scale: float, config: KernelConfig, interpret: bool):
+    """The raw fused kernel -> prefill partials (f32[RP, M, Dh], f32[RP, M]) and decode
+    partials (f32[RD, MD, Dh], f32[RD, MD])."""
+    Dh = q.shape[-1]
+    return pl.pallas_call(
+        functools.partial(_pod_kernel, tiles=tiles, scale=scale),
+        grid=(launch_rows.shape[0],),
+        out_shape=[
+            jax.ShapeDtypeStruct((prefill_slots, tiles.M, Dh), jnp.float32),
+            jax.ShapeDtypeStruct((prefill_slots, tiles.M), jnp.float32),
+            jax.ShapeDtypeStruct((decode_slots, tiles.MD, Dh), jnp.float32),
+            jax.ShapeDtypeStruct((decode_slots, tiles.MD), jnp.float32),
+        ],
+        compiler_params=plgpu.CompilerParams(num_warps=config.num_warps, num_stages=config.num_stages),
+        interpret=interpret,
+        name="medha_pod_attention",
+    )(launch_rows, table, q, k_pages, v_pages)
+
+
+def pod_attention(q, k_pages, v_pages, page_table, cu_q_lens, q_offsets, kv_lens, *, scale,
+                  config: KernelConfig = DEFAULT_CONFIG, interpret: bool | None = None):
+    """Contract signature: the whole hybrid batch (prefill chunks and decodes) in one kernel."""
+    T, H, Dh = q.shape
+    N, page_size, KVH, _ = k_pages.shape
+    tiles = config.tiles(H // KVH, page_size)
+    table = metadata.pad_page_table(page_table, num_pages=N, block_pages=tiles.block_pages)
+    kv_lens = metadata.clamp_kv_lens(kv_lens, max_pages=page_table.shape[1], page_size=page_size)
+    cu_q_lens, q_offsets = cu_q_lens.astype(jnp.int32), q_offsets.astype(jnp.int32)
+    common = dict(num_tokens=T, kv_heads=KVH, tiles=tiles, config=config)
+    pre = worklist.prefill_work(cu_q_lens, q_offsets, kv_lens, min_len=2, **common)
+    dec = worklist.decode_work(cu_q_lens, q_offsets, kv_lens, **common)
+    op, lp, od, ld = pod_call(
+        worklist.interleave(pre, dec), table, q, k_pages, v_pages,
+        prefill_slots=pre.rows.shape[0], decode_slots=dec.rows.shape[0], tiles=tiles, scale=scale,
+        config=config, interpret=resolve_interpret(interpret))
+    parts = [
+        combine.finish(pre, op, lp, kv_heads=KVH, groups=tiles.G),
+        combine.finish(dec, od, ld, kv_heads=KVH, groups=tiles.G),
+    ]
+    return combine.assemble(parts, q.dtype)

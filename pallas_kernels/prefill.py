@@ -1,0 +1,75 @@
+"""Chunked-prefill paged attention: a Triton-lowered Pallas kernel over a 1-D grid of tiles.
+
+Data flow:
+  contract inputs -> `worklist.prefill_work` (tiles of BQ tokens x the G heads of one kv head
+  packed as M rows; KV split only while the tiles fill fewer than two waves) -> `pallas_call`
+  whose program i runs work row i: walk the sequence's KV blocks through the page table up to
+  the tile's causal frontier (bottom-right aligned by q_offsets; only the last blocks masked)
+  and write a partial (o, lse) to its slot -> `combine` merges splits and scatters back to
+  tokens -> (out [T, H, Dh], lse f32[T, H]).
+
+`prefill_row` is also the prefill branch of the fused POD kernel (`pod.py`).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as plgpu
+
+from pallas_kernels import combine, metadata, worklist
+from pallas_kernels.config import DEFAULT_CONFIG, KernelConfig, Tiles, resolve_interpret
+from pallas_kernels.tile_attention import run_row
+from pallas_kernels.worklist import KIND, PREFILL
+
+
+def prefill_row(rows_ref, i, pt_ref, q_ref, k_ref, v_ref, o_ref, lse_ref, *, tiles: Tiles,
+                scale: float):
+    """The prefill branch: an M-row tile of BQ tokens x G heads."""
+    run_row(rows_ref, i, pt_ref, q_ref, k_ref, v_ref, o_ref, lse_ref, rows=tiles.M, tiles=tiles,
+            scale=scale)
+
+
+def _prefill_kernel(rows_ref, pt_ref, q_ref, k_ref, v_ref, o_ref, lse_ref, *, tiles, scale):
+    i = pl.program_id(0)
+
+    @pl.when(rows_ref[i, KIND] == PREFILL)
+    def _():
+        prefill_row(rows_ref, i, pt_ref, q_ref, k_ref, v_ref, o_ref, lse_ref, tiles=tiles, scale=scale)
+
+
+def prefill_call(launch_rows, table, q, k_pages, v_pages, *, num_slots: int, tiles: Tiles,
+                 scale: float, config: KernelConfig, interpret: bool):
+    """The raw kernel: rows i32[R, NCOL] -> partial (o f32[num_slots, M, Dh], lse f32[num_slots, M])."""
+    Dh = q.shape[-1]
+    return pl.pallas_call(
+        functools.partial(_prefill_kernel, tiles=tiles, scale=scale),
+        grid=(launch_rows.shape[0],),
+        out_shape=[
+            jax.ShapeDtypeStruct((num_slots, tiles.M, Dh), jnp.float32),
+            jax.ShapeDtypeStruct((num_slots, tiles.M), jnp.float32),
+        ],
+        compiler_params=plgpu.CompilerParams(num_warps=config.num_warps, num_stages=config.num_stages),
+        interpret=interpret,
+        name="medha_prefill_attention",
+    )(launch_rows, table, q, k_pages, v_pages)
+
+
+def prefill_attention(q, k_pages, v_pages, page_table, cu_q_lens, q_offsets, kv_lens, *, scale,
+                      config: KernelConfig = DEFAULT_CONFIG, interpret: bool | None = None):
+    """Contract signature; every sequence (decodes too, as 1-token tiles) runs as prefill tiles."""
+    T, H, Dh = q.shape
+    N, page_size, KVH, _ = k_pages.shape
+    tiles = config.tiles(H // KVH, page_size)
+    table = metadata.pad_page_table(page_table, num_pages=N, block_pages=tiles.block_pages)
+    kv_lens = metadata.clamp_kv_lens(kv_lens, max_pages=page_table.shape[1], page_size=page_size)
+    work = worklist.prefill_work(cu_q_lens, q_offsets, kv_lens, num_tokens=T, kv_heads=KVH,
+                                 tiles=tiles, config=config, min_len=1)
+    o_rows, lse_rows = prefill_call(
+        worklist.order_rows(work), table, q, k_pages, v_pages, num_slots=work.rows.shape[0],
+        tiles=tiles, scale=scale, config=config, interpret=resolve_interpret(interpret))
+    return combine.assemble([combine.finish(work, o_rows, lse_rows, kv_heads=KVH, groups=tiles.G)], q.dtype)
+
