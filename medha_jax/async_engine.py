@@ -119,6 +119,8 @@ class AsyncEngine:
         self._idle: asyncio.Event | None = None
         self.output_listeners: list[Callable[[RequestOutput], None]] = []
         """Called on the event loop for every output (metrics)."""
+        self.iteration_listeners: list[Callable[[float], None]] = []
+        """Called on the engine thread with each iteration's wall time (metrics)."""
         self.num_step_failures = 0
 
     # ---- lifecycle ---------------------------------------------------------------------------
@@ -238,7 +240,14 @@ class AsyncEngine:
             failures = 0
             if outs:
                 self._loop.call_soon_threadsafe(self._dispatch, outs)
-            elif iterations is not None and self.engine.num_iterations == iterations:
+            ran = iterations is None or self.engine.num_iterations != iterations
+            if ran and self.engine.last_iteration_time is not None:
+                for listener in self.iteration_listeners:
+                    try:
+                        listener(self.engine.last_iteration_time)
+                    except Exception:  # noqa: BLE001 - metrics must never break serving
+                        log.exception("iteration listener failed")
+            elif not ran and not outs:
                 time.sleep(0.001)  # work exists but nothing could be scheduled: do not spin
 
     # ---- on the event loop -------------------------------------------------------------------

@@ -1,0 +1,130 @@
+"""ServingApp: both front ends on one asyncio loop, over one AsyncEngine.
+
+  ServingApp.start():  metrics registry -> grpc.aio server (MedhaServicer, auth interceptor,
+                       message-size limits, TLS) and aiohttp app (OpenAIServer, auth + error
+                       middlewares, body-size limit, TLS, handler cancellation on disconnect)
+                       -> bound on config.host, real ports (port 0 = any free) in .endpoints
+  ServingApp.drain():  refuse new requests (UNAVAILABLE / 503), let in-flight ones finish,
+                       then close both servers.
+  ServingApp.stop():   close both servers now (in-flight calls are cancelled and so aborted).
+
+The AsyncEngine is started by whoever owns it (serve.py, or a test fixture) and may outlive the
+app, so several apps (say, one with TLS and one without) can share one compiled engine.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from aiohttp import web
+
+from proto import medha_pb2_grpc
+from server.auth import BearerAuthInterceptor, bearer_middleware, grpc_server_credentials, http_ssl_context
+from server.chat_template import ChatTemplate
+from server.config import ServerConfig
+from server.grpc_service import MedhaServicer
+from server.metrics import ServerMetrics
+from server.openai_http import OpenAIServer, error_middleware, error_response
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Endpoints:
+    grpc: str | None  # "host:port"
+    http: str | None  # "http(s)://host:port"
+    grpc_port: int | None
+    http_port: int | None
+
+
+def default_model_name(model: str) -> str:
+    return Path(model.rstrip("/")).name or model
+
+
+class ServingApp:
+    def __init__(self, async_engine, config: ServerConfig, *, model: str = "demo", mesh: str = "", dtype: str = ""):
+        self.ae = async_engine
+        self.config = config
+        eng = async_engine.engine
+        self.model_name = config.served_model_name or default_model_name(model)
+        limit = eng.max_model_len - 1
+        self.max_prompt_tokens = min(config.max_prompt_tokens or limit, limit)
+        self.mesh, self.dtype = mesh, dtype
+        self.metrics: ServerMetrics | None = None
+        self._grpc: grpc.aio.Server | None = None
+        self._runner: web.AppRunner | None = None
+        self.endpoints: Endpoints | None = None
+
+    async def start(self) -> Endpoints:
+        cfg = self.config
+        self.metrics = ServerMetrics(self.ae)
+        template_src = Path(cfg.chat_template).read_text() if cfg.chat_template else None
+        chat_template = ChatTemplate(self.ae.engine.tokenizer, template_src)
+        grpc_target = http_url = None
+        grpc_port = http_port = None
+        if cfg.port != -1:
+            grpc_port = await self._start_grpc()
+            grpc_target = f"{cfg.host}:{grpc_port}"
+        if cfg.http_port != -1:
+            http_port = await self._start_http(chat_template)
+            http_url = f"{'https' if cfg.tls else 'http'}://{cfg.host}:{http_port}"
+        self.endpoints = Endpoints(grpc_target, http_url, grpc_port, http_port)
+        return self.endpoints
+
+    async def _start_grpc(self) -> int:
+        cfg = self.config
+        interceptors = [BearerAuthInterceptor(cfg.api_key, self.metrics.reject)] if cfg.api_key else []
+        options = [("grpc.max_receive_message_length", cfg.max_message_bytes),
+                   ("grpc.max_send_message_length", cfg.max_message_bytes),
+                   ("grpc.so_reuseport", 0)]
+        server = grpc.aio.server(interceptors=interceptors, options=options)
+        servicer = MedhaServicer(self.ae, model_name=self.model_name, max_prompt_tokens=self.max_prompt_tokens,
+                                 mesh=self.mesh, dtype=self.dtype, metrics=self.metrics)
+        medha_pb2_grpc.add_MedhaServicer_to_server(servicer, server)
+        address = f"{cfg.host}:{cfg.port}"
+        if cfg.tls:
+            port = server.add_secure_port(address, grpc_server_credentials(cfg.tls_cert, cfg.tls_key))
+        else:
+            port = server.add_insecure_port(address)
+        if port == 0:
+            raise OSError(f"gRPC could not bind {address}")
+        await server.start()
+        self._grpc = server
+        return port
+
+    async def _start_http(self, chat_template: ChatTemplate) -> int:
+        cfg = self.config
+        middlewares = [error_middleware]
+        if cfg.api_key:
+            middlewares.append(bearer_middleware(cfg.api_key, error_response, self.metrics.reject))
+        app = web.Application(client_max_size=cfg.max_message_bytes, middlewares=middlewares)
+        OpenAIServer(self.ae, model_name=self.model_name, max_prompt_tokens=self.max_prompt_tokens,
+                     max_prompts=cfg.max_prompts_per_request, chat_template=chat_template,
+                     metrics=self.metrics).add_routes(app)
+        runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=5.0)
+        await runner.setup()
+        ssl_ctx = http_ssl_context(cfg.tls_cert, cfg.tls_key) if cfg.tls else None
+        site = web.TCPSite(runner, cfg.host, cfg.http_port, ssl_context=ssl_ctx)
+        await site.start()
+        self._runner = runner
+        return runner.addresses[-1][1]
+
+    async def drain(self, timeout: float | None = None) -> bool:
+        """Stop admitting, wait for in-flight requests (up to timeout), close the servers. True if all finished."""
+        finished = await self.ae.drain(timeout)
+        await self.stop(grace=5.0)
+        return finished
+
+    async def stop(self, grace: float | None = None) -> None:
+        if self._grpc is not None:
+            await self._grpc.stop(grace)
+            self._grpc = None
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        if self.metrics is not None:
+            self.metrics.detach()
+            self.metrics = None

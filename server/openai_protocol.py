@@ -1,0 +1,220 @@
+"""OpenAI wire format: request bodies -> OpenAIRequest, engine outputs -> response/chunk dicts.
+
+  JSON body --parse_completion / parse_chat--> OpenAIRequest (prompts, sampling fields, stream
+      options, SLO hints) | RequestError naming the field (unknown fields are refused, as OpenAI does)
+  RequestOutput(s) --completion_response / chat_response / *_chunk--> dicts the handlers serialize
+
+Supported beyond OpenAI's fields (send with `extra_body` in the openai client): top_k,
+stop_token_ids, ignore_eos, priority (lower first), ttft_deadline and tpot_target (seconds).
+Not supported (400 naming the field): n/best_of > 1, echo, suffix, non-zero penalties,
+logit_bias, tools, non-text response_format, completions `logprobs` > 0 and chat `top_logprobs`
+> 0 (only the sampled token's log-probability is computed).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from medha_jax.outputs import RequestOutput
+from server.chat_template import validate_messages
+from server.validation import RequestError
+
+EXTENSIONS = {"top_k", "stop_token_ids", "ignore_eos", "priority", "ttft_deadline", "tpot_target"}
+COMMON = {"model", "max_tokens", "temperature", "top_p", "n", "stream", "stream_options", "stop", "seed",
+          "presence_penalty", "frequency_penalty", "logit_bias", "user", "logprobs"} | EXTENSIONS
+COMPLETION_FIELDS = COMMON | {"prompt", "echo", "suffix", "best_of"}
+CHAT_FIELDS = COMMON | {"messages", "max_completion_tokens", "top_logprobs", "response_format", "tools",
+                        "tool_choice", "parallel_tool_calls"}
+
+
+@dataclass
+class OpenAIRequest:
+    prompts: list  # completions: str or token-id lists; chat: [] (messages rendered by the handler)
+    messages: list[dict] | None
+    sampling: dict  # SamplingParams fields by internal name
+    stream: bool
+    include_usage: bool
+    logprobs: bool
+    ttft_deadline: float | None = None
+    tpot_target: float | None = None
+    priority: int = 0
+    extras: dict = field(default_factory=dict)
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _typed(body: dict, name: str, check, expected: str):
+    v = body.get(name)
+    if v is not None and not check(v):
+        raise RequestError(name, f"{name} must be {expected}, got {type(v).__name__} {v!r}"[:300])
+    return v
+
+
+def _unsupported(body: dict, name: str, ok, why: str) -> None:
+    v = body.get(name)
+    if v is not None and not ok(v):
+        raise RequestError(name, f"{name}={v!r} is not supported: {why}"[:300])
+
+
+def _common(body, allowed: set[str]) -> dict:
+    if not isinstance(body, dict):
+        raise RequestError(None, "the request body must be a JSON object")
+    unknown = sorted(set(body) - allowed)
+    if unknown:
+        raise RequestError(unknown[0], f"unrecognized request argument(s): {', '.join(map(str, unknown))}"[:300])
+    _typed(body, "model", lambda v: isinstance(v, str), "a string")
+    _typed(body, "user", lambda v: isinstance(v, str), "a string")
+    _typed(body, "stream", lambda v: isinstance(v, bool), "a boolean")
+    _unsupported(body, "n", lambda v: v == 1, "only n=1 is supported")
+    for name in ("presence_penalty", "frequency_penalty"):
+        _unsupported(body, name, lambda v: v == 0, "penalties are not implemented; use 0")
+    _unsupported(body, "logit_bias", lambda v: v == {}, "logit_bias is not implemented")
+    sampling = {
+        "max_tokens": _typed(body, "max_tokens", _is_int, "an integer"),
+        "temperature": _typed(body, "temperature", _is_num, "a number"),
+        "top_p": _typed(body, "top_p", _is_num, "a number"),
+        "top_k": _typed(body, "top_k", _is_int, "an integer"),
+        "seed": _typed(body, "seed", _is_int, "an integer"),
+        "stop": _typed(body, "stop", lambda v: isinstance(v, (str, list)), "a string or a list of strings"),
+        "stop_token_ids": _typed(body, "stop_token_ids", lambda v: isinstance(v, list), "a list of token ids"),
+        "ignore_eos": _typed(body, "ignore_eos", lambda v: isinstance(v, bool), "a boolean"),
+    }
+    if sampling["top_k"] == -1:
+        sampling["top_k"] = 0  # vLLM spelling of "disabled"
+    opts = _typed(body, "stream_options", lambda v: isinstance(v, dict), "an object") or {}
+    if set(opts) - {"include_usage", "continuous_usage_stats"}:
+        raise RequestError("stream_options", f"stream_options supports include_usage only, got {sorted(opts)}")
+    include_usage = opts.get("include_usage", False)
+    if not isinstance(include_usage, bool):
+        raise RequestError("stream_options.include_usage", "stream_options.include_usage must be a boolean")
+    if opts and not body.get("stream"):
+        raise RequestError("stream_options", "stream_options is only allowed with stream=true")
+    return {
+        "sampling": sampling,
+        "stream": bool(body.get("stream", False)),
+        "include_usage": include_usage,
+        "ttft_deadline": _typed(body, "ttft_deadline", _is_num, "a number of seconds"),
+        "tpot_target": _typed(body, "tpot_target", _is_num, "a number of seconds"),
+        "priority": _typed(body, "priority", _is_int, "an integer") or 0,
+    }
+
+
+def _is_token_list(v) -> bool:
+    return isinstance(v, list) and bool(v) and all(_is_int(t) for t in v)
+
+
+def parse_completion(body, max_prompts: int) -> OpenAIRequest:
+    c = _common(body, COMPLETION_FIELDS)
+    _unsupported(body, "best_of", lambda v: v == 1, "only best_of=1 is supported")
+    _unsupported(body, "echo", lambda v: v is False, "echo is not implemented")
+    _unsupported(body, "suffix", lambda v: v == "", "suffix (insertion) is not implemented")
+    logprobs = _typed(body, "logprobs", _is_int, "an integer")
+    _unsupported(body, "logprobs", lambda v: v == 0,
+                 "only logprobs=0 (the sampled token's log-probability) is available")
+    if "prompt" not in body:
+        raise RequestError("prompt", "prompt is required")
+    p = body["prompt"]
+    if isinstance(p, str) or _is_token_list(p):
+        prompts = [p]
+    elif isinstance(p, list) and p and all(isinstance(x, str) or _is_token_list(x) for x in p):
+        prompts = list(p)
+    else:
+        raise RequestError("prompt", "prompt must be a string, a list of token ids, or a non-empty list of those")
+    if len(prompts) > max_prompts:
+        raise RequestError("prompt", f"prompt holds {len(prompts)} prompts; at most {max_prompts} per request")
+    return OpenAIRequest(prompts, None, c["sampling"], c["stream"], c["include_usage"], logprobs is not None,
+                         c["ttft_deadline"], c["tpot_target"], c["priority"])
+
+
+def parse_chat(body) -> OpenAIRequest:
+    c = _common(body, CHAT_FIELDS)
+    mct = _typed(body, "max_completion_tokens", _is_int, "an integer")
+    if mct is not None:
+        c["sampling"]["max_tokens"] = mct
+    logprobs = _typed(body, "logprobs", lambda v: isinstance(v, bool), "a boolean")
+    _typed(body, "top_logprobs", _is_int, "an integer")
+    _unsupported(body, "top_logprobs", lambda v: v == 0, "alternatives are not computed; use 0")
+    _unsupported(body, "tools", lambda v: v == [], "tool calling is not implemented")
+    _unsupported(body, "tool_choice", lambda v: v == "none", "tool calling is not implemented")
+    _unsupported(body, "parallel_tool_calls", lambda v: isinstance(v, bool), "tool calling is not implemented")
+    _unsupported(body, "response_format", lambda v: v == {"type": "text"}, "only {'type': 'text'} is supported")
+    if "messages" not in body:
+        raise RequestError("messages", "messages is required")
+    messages = validate_messages(body["messages"])
+    return OpenAIRequest([], messages, c["sampling"], c["stream"], c["include_usage"], bool(logprobs),
+                         c["ttft_deadline"], c["tpot_target"], c["priority"])
+
+
+# ---- responses ---------------------------------------------------------------------------------
+def usage(prompt_tokens: int, completion_tokens: int) -> dict:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+def finish_reason(out: RequestOutput) -> str | None:
+    return out.finish_reason if out.finished else None
+
+
+def completion_logprobs(tokenizer, ids: list[int], logprobs: list[float], offset: int) -> dict:
+    tokens = [tokenizer.decode([t]) for t in ids]
+    offsets, pos = [], offset
+    for t in tokens:
+        offsets.append(pos)
+        pos += len(t)
+    return {"tokens": tokens, "token_logprobs": list(logprobs), "top_logprobs": None, "text_offset": offsets}
+
+
+def chat_logprobs(tokenizer, ids: list[int], logprobs: list[float]) -> dict:
+    content = []
+    for t, lp in zip(ids, logprobs):
+        s = tokenizer.decode([t])
+        content.append({"token": s, "logprob": lp, "bytes": list(s.encode("utf-8")), "top_logprobs": []})
+    return {"content": content}
+
+
+def completion_response(rid: str, model: str, finals: list[RequestOutput], tokenizer, want_logprobs: bool) -> dict:
+    choices = []
+    for i, out in enumerate(finals):
+        lp = completion_logprobs(tokenizer, out.token_ids, out.logprobs, 0) if want_logprobs else None
+        choices.append({"index": i, "text": out.text, "logprobs": lp, "finish_reason": out.finish_reason})
+    return {
+        "id": rid, "object": "text_completion", "created": int(time.time()), "model": model, "choices": choices,
+        "usage": usage(sum(len(o.prompt_token_ids) for o in finals), sum(len(o.token_ids) for o in finals)),
+        "system_fingerprint": None,
+    }
+
+
+def completion_chunk(rid: str, model: str, created: int, index: int, text: str, reason: str | None,
+                     logprobs: dict | None = None) -> dict:
+    return {"id": rid, "object": "text_completion", "created": created, "model": model,
+            "choices": [{"index": index, "text": text, "logprobs": logprobs, "finish_reason": reason}]}
+
+
+def chat_response(rid: str, model: str, out: RequestOutput, tokenizer, want_logprobs: bool) -> dict:
+    lp = chat_logprobs(tokenizer, out.token_ids, out.logprobs) if want_logprobs else None
+    return {
+        "id": rid, "object": "chat.completion", "created": int(time.time()), "model": model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": out.text}, "logprobs": lp,
+                     "finish_reason": out.finish_reason}],
+        "usage": usage(len(out.prompt_token_ids), len(out.token_ids)), "system_fingerprint": None,
+    }
+
+
+def chat_chunk(rid: str, model: str, created: int, delta: dict, reason: str | None, logprobs: dict | None = None) -> dict:
+    return {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
+            "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": reason}]}
+
+
+def usage_chunk(rid: str, model: str, created: int, obj: str, u: dict) -> dict:
+    return {"id": rid, "object": obj, "created": created, "model": model, "choices": [], "usage": u}
+
+
+def error_body(message: str, err_type: str, param: str | None = None, code: str | None = None) -> dict:
+    return {"error": {"message": message, "type": err_type, "param": param, "code": code}}
