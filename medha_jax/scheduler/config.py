@@ -44,7 +44,8 @@ class SchedulerConfig:
     multi_prefill_fraction: float = 0.9
     """Keep adding prefills to a batch while its predicted time is below this fraction of t_target."""
     long_threshold: int = 262144
-    """A prefill is long once its prompt reaches this many tokens; at most one long prefill per batch."""
+    """A prefill is long once it has processed this many tokens: at most one long prefill per batch
+    (per kvp group), and long prefills yield part of t_target to others (space sharing)."""
     rho_max: float = 0.5
     """Largest fraction of t_target a long prefill yields to others (space sharing)."""
     prefill_cache_granularity: int = 256

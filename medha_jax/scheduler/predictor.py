@@ -1,0 +1,232 @@
+"""Runtime predictor: one iteration's seconds from its composition, fitted to measured timings.
+
+  profile samples (Composition, seconds) --fit (weighted NNLS)--> coefficients --save--> JSON profile
+  JSON profile --load (checks model/mesh/dtype/device)--> RuntimePredictor
+  packer: predictor.batch_cost() accumulates seqs, asks time() / time_with(q, kv) per candidate chunk
+  engine: on_batch_done -> observe(composition, measured): EMA of measured/predicted -> correction
+
+Model (per iteration; the layer count is folded into the coefficients):
+  t = const + tokens * sum(q) + chunk_kv * sum_prefill(q * kv) + chunk_sq * sum_prefill(q^2)
+        + decodes * n_decodes + decode_kv * sum_decode(kv)   [+ tokens_sq * sum(q)^2]
+where a pair (q, kv) is a decode when q == 1 and kv > 0, and kv counts tokens cached before the
+iteration. Coefficients are non-negative (fitted by NNLS, relative-error weighted), so predictions
+grow with every kind of work: the packer's binary search depends on it. Predictions are multiplied
+by `correction`, an exponential moving average of measured/raw-predicted ratios. Pure Python.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import asdict, dataclass
+
+from medha_jax.scheduler.nnls import nnls
+from medha_jax.scheduler.records import Composition
+
+FEATURES = ("const", "tokens", "chunk_kv", "chunk_sq", "decodes", "decode_kv", "tokens_sq")
+DEFAULT_FEATURES = ("const", "tokens", "chunk_kv", "chunk_sq", "decodes", "decode_kv")
+PROFILE_FORMAT = "medha-jax-runtime-profile"
+PROFILE_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileKey:
+    """What a profile is valid for: timings from one setup do not transfer to another."""
+
+    model: str
+    mesh: str
+    dtype: str
+    device: str
+
+    def filename(self) -> str:
+        parts = [re.sub(r"[^A-Za-z0-9_.=,-]+", "-", p).strip("-") or "none" for p in asdict(self).values()]
+        return "__".join(parts) + ".json"
+
+
+def profile_path(directory: str, key: ProfileKey) -> str:
+    return os.path.join(directory, key.filename())
+
+
+def feature_sums(comp: Composition) -> list[float]:
+    """[1, sum q, sum_prefill q*kv, sum_prefill q^2, n_decodes, sum_decode kv, (sum q)^2]."""
+    tokens = chunk_kv = chunk_sq = decodes = decode_kv = 0
+    for q, kv in comp.seqs:
+        tokens += q
+        if q == 1 and kv > 0:
+            decodes += 1
+            decode_kv += kv
+        else:
+            chunk_kv += q * kv
+            chunk_sq += q * q
+    return [1.0, tokens, chunk_kv, chunk_sq, decodes, decode_kv, tokens * tokens]
+
+
+class RuntimePredictor:
+    """Linear model over `features`; unknown or missing coefficients are 0."""
+
+    def __init__(self, coefficients: dict[str, float], *, key: ProfileKey | None = None,
+                 ema_alpha: float = 0.05, fit_info: dict | None = None):
+        bad = set(coefficients) - set(FEATURES)
+        if bad:
+            raise ValueError(f"unknown predictor features {sorted(bad)}; known: {', '.join(FEATURES)}")
+        if any(not (v >= 0.0) for v in coefficients.values()):
+            raise ValueError(f"predictor coefficients must be >= 0 (time grows with work), got {coefficients}")
+        if not 0.0 <= ema_alpha <= 1.0:
+            raise ValueError(f"ema_alpha must be in [0, 1], got {ema_alpha}")
+        self.coefficients = {f: float(coefficients.get(f, 0.0)) for f in FEATURES}
+        self._coef = [self.coefficients[f] for f in FEATURES]
+        self.key = key
+        self.ema_alpha = ema_alpha
+        self.correction = 1.0
+        self.fit_info = dict(fit_info or {})
+
+    # ---- prediction ------------------------------------------------------------------------
+    def predict_raw(self, comp: Composition) -> float:
+        """Seconds for the composition, without the online correction."""
+        return sum(c * f for c, f in zip(self._coef, feature_sums(comp)) if c)
+
+    def predict(self, comp: Composition) -> float:
+        return self.predict_raw(comp) * self.correction
+
+    def batch_cost(self) -> "BatchCost":
+        return BatchCost(self)
+
+    def chunk_time(self, q: int, kv: int) -> float:
+        """Raw seconds of a batch holding one prefill chunk alone (used by the prefill-time cache)."""
+        c = self._coef
+        if q == 1 and kv > 0:  # counted as a decode, exactly as predict_raw does
+            return c[0] + c[1] + c[4] + c[5] * kv + c[6]
+        return c[0] + c[1] * q + c[2] * q * kv + c[3] * q * q + c[6] * q * q
+
+    # ---- online correction -----------------------------------------------------------------
+    def observe(self, comp: Composition, measured: float) -> None:
+        """Fold one measured iteration into the correction factor (ratios clamped to [0.2, 5])."""
+        raw = self.predict_raw(comp)
+        if raw <= 0.0 or not measured > 0.0:
+            return
+        ratio = min(max(measured / raw, 0.2), 5.0)
+        self.correction += self.ema_alpha * (ratio - self.correction)
+
+    def reset_correction(self) -> None:
+        self.correction = 1.0
+
+    # ---- fitting and scoring ---------------------------------------------------------------
+    @classmethod
+    def fit(cls, samples: list[tuple[Composition, float]], features: tuple[str, ...] = DEFAULT_FEATURES,
+            *, key: ProfileKey | None = None, ema_alpha: float = 0.05) -> "RuntimePredictor":
+        """Least squares on relative error (weights 1/seconds), coefficients >= 0."""
+        unknown = set(features) - set(FEATURES)
+        if unknown:
+            raise ValueError(f"unknown predictor features {sorted(unknown)}; known: {', '.join(FEATURES)}")
+        samples = [(c, float(t)) for c, t in samples if t > 0.0 and c.seqs]
+        if len(samples) < len(features):
+            raise ValueError(f"need at least {len(features)} samples with positive times to fit {features}, got {len(samples)}")
+        idx = [FEATURES.index(f) for f in features]
+        rows = [[feature_sums(c)[i] for i in idx] for c, _ in samples]
+        y = [t for _, t in samples]
+        x = nnls(rows, y, weights=[1.0 / t for t in y])
+        pred = cls(dict(zip(features, x)), key=key, ema_alpha=ema_alpha)
+        pred.fit_info = {"num_samples": len(samples), "features": list(features), "train_mape": pred.mape(samples)}
+        return pred
+
+    def mape(self, samples: list[tuple[Composition, float]], *, corrected: bool = False) -> float:
+        """Mean absolute percentage error (as a fraction) of raw (or corrected) predictions."""
+        errs = []
+        for comp, t in samples:
+            if t > 0.0:
+                p = self.predict(comp) if corrected else self.predict_raw(comp)
+                errs.append(abs(p - t) / t)
+        if not errs:
+            raise ValueError("no samples with positive measured time to score")
+        return sum(errs) / len(errs)
+
+    # ---- persistence -----------------------------------------------------------------------
+    def fingerprint(self) -> str:
+        """Stable hash of the coefficients (not the correction): keys derived caches."""
+        blob = json.dumps({f: repr(v) for f, v in self.coefficients.items()}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def to_json(self, samples: list[tuple[Composition, float]] | None = None) -> dict:
+        data = {
+            "format": PROFILE_FORMAT,
+            "version": PROFILE_VERSION,
+            "key": asdict(self.key) if self.key is not None else None,
+            "coefficients": {f: v for f, v in self.coefficients.items() if v},
+            "fit": self.fit_info,
+        }
+        if samples is not None:
+            data["samples"] = [[c.to_json(), t] for c, t in samples]
+        return data
+
+    def save(self, path: str, samples: list[tuple[Composition, float]] | None = None) -> None:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        tmp = f"{path}.tmp{os.getpid()}"
+        with open(tmp, "w") as f:
+            json.dump(self.to_json(samples), f, indent=1)
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, path: str, expect: ProfileKey | None = None, *, ema_alpha: float = 0.05) -> "RuntimePredictor":
+        """Read a profile; ValueError when it is not one, or was measured on another setup."""
+        with open(path) as f:
+            data = json.load(f)
+        if not isinstance(data, dict) or data.get("format") != PROFILE_FORMAT:
+            raise ValueError(f"{path} is not a {PROFILE_FORMAT} file")
+        if data.get("version") != PROFILE_VERSION:
+            raise ValueError(f"{path} has profile version {data.get('version')}, this code reads {PROFILE_VERSION}")
+        key = ProfileKey(**data["key"]) if data.get("key") else None
+        if expect is not None and key != expect:
+            raise ValueError(f"{path} was measured for {key}, not {expect}; run the profile command for this setup")
+        return cls(data["coefficients"], key=key, ema_alpha=ema_alpha, fit_info=data.get("fit"))
+
+    @staticmethod
+    def load_samples(path: str) -> list[tuple[Composition, float]]:
+        with open(path) as f:
+            data = json.load(f)
+        return [(Composition.from_json(c), float(t)) for c, t in data.get("samples", [])]
+
+
+class BatchCost:
+    """Running feature sums of a batch being packed: O(1) per added seq and per what-if query."""
+
+    __slots__ = ("c", "corr", "tokens", "chunk_kv", "chunk_sq", "decodes", "decode_kv", "n")
+
+    def __init__(self, predictor: RuntimePredictor):
+        self.c = predictor._coef
+        self.corr = predictor.correction
+        self.tokens = self.chunk_kv = self.chunk_sq = self.decodes = self.decode_kv = 0
+        self.n = 0
+
+    def add(self, q: int, kv: int) -> None:
+        self.n += 1
+        self.tokens += q
+        if q == 1 and kv > 0:
+            self.decodes += 1
+            self.decode_kv += kv
+        else:
+            self.chunk_kv += q * kv
+            self.chunk_sq += q * q
+
+    def add_decodes(self, n: int, kv_sum: int) -> None:
+        self.n += n
+        self.tokens += n
+        self.decodes += n
+        self.decode_kv += kv_sum
+
+    def _t(self, tokens, chunk_kv, chunk_sq, decodes, decode_kv) -> float:
+        c = self.c
+        return (c[0] + c[1] * tokens + c[2] * chunk_kv + c[3] * chunk_sq + c[4] * decodes
+                + c[5] * decode_kv + c[6] * tokens * tokens) * self.corr
+
+    def time(self) -> float:
+        if self.n == 0:
+            return 0.0
+        return self._t(self.tokens, self.chunk_kv, self.chunk_sq, self.decodes, self.decode_kv)
+
+    def time_with(self, q: int, kv: int) -> float:
+        """Predicted seconds if a prefill chunk of q tokens over kv cached tokens were added."""
+        if q == 1 and kv > 0:
+            return self._t(self.tokens + 1, self.chunk_kv, self.chunk_sq, self.decodes + 1, self.decode_kv + kv)
+        return self._t(self.tokens + q, self.chunk_kv + q * kv, self.chunk_sq + q * q, self.decodes, self.decode_kv)

@@ -1,0 +1,91 @@
+"""Phase 2 for edf / lrs / lars: prefill chunks under a time budget (Algorithms 1 and 2).
+
+  decodes already in the batch --BatchCost--> t_pred
+  for each prefill candidate, best priority first (at most max_prefill_candidates looked at):
+      stop when t_pred reaches t_target (first prefill) or multi_prefill_fraction * t_target (others)
+      long (>= long_threshold tokens processed): skip if the batch already holds a long prefill
+          on one of its kvp groups; else space sharing: budget t_target * (1 - clamp(rho, 0, rho_max))
+          with rho its relative slack
+      chunk = largest multiple of chunk_granularity (min_chunk..max_chunk, last chunk exact) whose
+          predicted batch time fits the budget (binary search, accept within accept_within)
+      pages reserved (running prefills may preempt lower-priority partial prefills) -> into batch
+  batch.predicted_time = the predictor's estimate for the whole batch
+
+Adaptive chunking falls out: as a prefill's KV grows, each token costs more attention time, so the
+chunk that fits shrinks. If nothing at all would run (no decodes, no chunk fits the budget), the
+best candidate still gets `min_chunk` tokens so that a prefill whose smallest chunk overruns
+t_target is slow rather than stuck. A waiting request that cannot get pages stops the admission
+of further waiting requests this iteration (memory is not given to later arrivals first).
+Pure Python, no JAX.
+"""
+
+from __future__ import annotations
+
+from medha_jax.batch import ScheduledBatch
+from medha_jax.scheduler.chunking import largest_chunk
+
+
+class TimeBudgetPacker:
+    def __init__(self, predictor):
+        if predictor is None:
+            raise ValueError("time-budget policies (edf, lrs, lars) need a runtime predictor")
+        self.predictor = predictor
+
+    def max_batch_tokens(self, cfg) -> int:
+        return cfg.max_num_batched_tokens
+
+    def pack_prefills(self, sched, batch: ScheduledBatch, now: float) -> None:
+        cfg = sched.config
+        t_target = cfg.t_target
+        multi_limit = cfg.multi_prefill_fraction * t_target
+        chunk_kw = dict(granularity=cfg.chunk_granularity, min_chunk=cfg.min_chunk,
+                        max_chunk=cfg.max_chunk, accept_within=cfg.accept_within)
+        cost = self.predictor.batch_cost()
+        kv_sum = 0
+        for s in batch.seqs:  # phase 1 put only decodes here
+            kv_sum += s.start_pos
+        cost.add_decodes(len(batch.seqs), kv_sum)
+        t_pred = cost.time()
+        tokens_left = cfg.max_num_batched_tokens - len(batch.seqs)
+        group_len = sched.kv.max_tokens_per_kvp_group
+        long_groups: set[int] = set()
+        n_prefills = 0
+        admit_waiting = True
+        policy = sched.policy
+        waiting = sched.waiting
+        for req in policy.top(sched.prefill_candidates(), now, cfg.max_prefill_candidates):
+            if (t_pred >= (t_target if n_prefills == 0 else multi_limit) or tokens_left <= 0
+                    or len(batch.seqs) >= cfg.max_num_seqs):
+                break
+            is_waiting = req in waiting
+            if is_waiting and not admit_waiting:
+                continue
+            processed = req.num_computed_tokens
+            groups = None
+            budget = t_target
+            if processed >= cfg.long_threshold:
+                groups = range(processed // group_len + 1)
+                if not long_groups.isdisjoint(groups):
+                    continue
+                rho = min(max(policy.relative_slack(req, now), 0.0), cfg.rho_max)
+                budget = t_target * (1.0 - rho)
+            if budget <= t_pred:
+                continue
+            n, _ = largest_chunk(lambda q: cost.time_with(q, processed), req.num_remaining_tokens, budget,
+                                 limit=tokens_left, **chunk_kw)
+            if n == 0:
+                if batch.seqs:
+                    continue
+                n = min(req.num_remaining_tokens, cfg.min_chunk, tokens_left)
+            if not sched.reserve(req, n, batch, now):
+                if is_waiting:
+                    admit_waiting = False
+                continue
+            sched.add_seq(batch, req, n, now)
+            cost.add(n, processed)
+            t_pred = cost.time()
+            tokens_left -= n
+            n_prefills += 1
+            if groups is not None:
+                long_groups.update(groups)
+        batch.predicted_time = t_pred if batch.seqs else None

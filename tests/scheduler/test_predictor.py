@@ -1,0 +1,112 @@
+import json
+import random
+
+import pytest
+
+from medha_jax.scheduler.predictor import ProfileKey, RuntimePredictor, feature_sums, profile_path
+from medha_jax.scheduler.records import Composition
+
+TRUE = {"const": 2e-3, "tokens": 3e-5, "chunk_kv": 4e-10, "chunk_sq": 1e-9, "decodes": 5e-5, "decode_kv": 2e-8}
+
+
+def random_compositions(n, seed=0):
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        seqs = [(1, rng.randint(1, 100_000)) for _ in range(rng.randint(0, 64))]
+        seqs += [(rng.randint(2, 4096), rng.choice([0, rng.randint(0, 500_000)])) for _ in range(rng.randint(0, 3))]
+        out.append(Composition.of(seqs or [(16, 0)]))
+    return out
+
+
+def test_feature_sums_split_decodes_and_chunks():
+    comp = Composition.of([(1, 100), (1, 50), (10, 0), (20, 30), (1, 0)])
+    assert feature_sums(comp) == [1.0, 33, 20 * 30, 100 + 400 + 1, 2, 150, 33 * 33]
+
+
+def test_predict_is_the_linear_model():
+    p = RuntimePredictor({"const": 1.0, "tokens": 2.0, "decodes": 3.0, "decode_kv": 0.5})
+    assert p.predict(Composition.of([(1, 10), (4, 0)])) == 1.0 + 2.0 * 5 + 3.0 + 0.5 * 10
+
+
+def test_fit_recovers_the_true_coefficients():
+    true = RuntimePredictor(TRUE)
+    samples = [(c, true.predict(c)) for c in random_compositions(300)]
+    fitted = RuntimePredictor.fit(samples)
+    for f, v in TRUE.items():
+        assert fitted.coefficients[f] == pytest.approx(v, rel=1e-6)
+    assert fitted.fit_info["num_samples"] == 300 and fitted.fit_info["train_mape"] < 1e-9
+
+
+def test_fit_with_noise_reports_held_out_error():
+    rng = random.Random(1)
+    true = RuntimePredictor(TRUE)
+    comps = random_compositions(400, seed=2)
+    samples = [(c, true.predict(c) * rng.uniform(0.95, 1.05)) for c in comps]
+    fitted = RuntimePredictor.fit(samples[:300])
+    assert fitted.mape(samples[300:]) < 0.05
+
+
+def test_fit_never_returns_negative_coefficients():
+    # time falls with decode_kv in this made-up data; NNLS clamps that term to zero
+    samples = [(Composition.of([(1, kv)] * d + [(64, 0)]), 0.01 + 0.001 * d - 1e-9 * kv * d)
+               for d in (1, 2, 4, 8) for kv in (10, 1000, 100_000)]
+    fitted = RuntimePredictor.fit(samples)
+    assert all(v >= 0.0 for v in fitted.coefficients.values())
+    assert fitted.coefficients["decode_kv"] == 0.0
+
+
+def test_fit_errors():
+    with pytest.raises(ValueError, match="at least 6 samples"):
+        RuntimePredictor.fit([(Composition.of([(4, 0)]), 1.0)])
+    with pytest.raises(ValueError, match="unknown predictor features"):
+        RuntimePredictor.fit([], features=("bogus",))
+    with pytest.raises(ValueError, match=">= 0"):
+        RuntimePredictor({"tokens": -1.0})
+
+
+def test_batch_cost_matches_predict():
+    p = RuntimePredictor({**TRUE, "tokens_sq": 1e-9})
+    for comp in random_compositions(20, seed=3):
+        cost = p.batch_cost()
+        for q, kv in comp.seqs[:-1]:
+            cost.add(q, kv)
+        q, kv = comp.seqs[-1]
+        assert cost.time_with(q, kv) == pytest.approx(p.predict(comp), rel=1e-12)
+        cost.add(q, kv)
+        assert cost.time() == pytest.approx(p.predict(comp), rel=1e-12)
+    assert p.chunk_time(100, 5000) == pytest.approx(p.predict(Composition.of([(100, 5000)])), rel=1e-12)
+    assert p.chunk_time(1, 5000) == pytest.approx(p.predict(Composition.of([(1, 5000)])), rel=1e-12)
+
+
+def test_online_correction_tracks_measured_over_predicted():
+    p = RuntimePredictor({"tokens": 1e-3}, ema_alpha=0.5)
+    comp = Composition.of([(100, 0)])
+    p.observe(comp, 0.2)  # ratio 2
+    assert p.correction == 1.5
+    p.observe(comp, 0.2)
+    assert p.correction == 1.75
+    assert p.predict(comp) == pytest.approx(0.175) and p.predict_raw(comp) == pytest.approx(0.1)
+    p.observe(comp, 100.0)  # outliers are clamped to a ratio of 5
+    assert p.correction == pytest.approx(3.375)
+    p.reset_correction()
+    assert p.correction == 1.0
+
+
+def test_save_load_roundtrip_and_key_check(tmp_path):
+    key = ProfileKey(model="llama3-8b", mesh="tp=8,spp=1,kvp=1", dtype="bfloat16", device="NVIDIA H100 80GB")
+    samples = [(c, RuntimePredictor(TRUE).predict(c)) for c in random_compositions(50)]
+    p = RuntimePredictor.fit(samples, key=key)
+    path = profile_path(str(tmp_path), key)
+    assert path.endswith("llama3-8b__tp=8,spp=1,kvp=1__bfloat16__NVIDIA-H100-80GB.json")
+    p.save(path, samples)
+    q = RuntimePredictor.load(path, expect=key)
+    assert q.coefficients == p.coefficients and q.key == key and q.fingerprint() == p.fingerprint()
+    assert RuntimePredictor.load_samples(path)[0][0] == samples[0][0]
+    other = ProfileKey("llama3-8b", "tp=8,spp=1,kvp=1", "bfloat16", "TPU v5e")
+    with pytest.raises(ValueError, match="was measured for"):
+        RuntimePredictor.load(path, expect=other)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"format": "something else"}))
+    with pytest.raises(ValueError, match="is not a medha-jax-runtime-profile"):
+        RuntimePredictor.load(str(bad))
