@@ -1,0 +1,130 @@
+"""The time-budget packer (Algorithms 1 and 2) on fake linear devices, checked exactly."""
+
+import pytest
+
+from medha_jax.request import RequestStatus
+from medha_jax.scheduler import RuntimePredictor
+from medha_jax.scheduler.records import Composition
+from medha_jax.scheduler.replay import replay
+from tests.scheduler.factories import make_requests, make_scheduler, sample_all, shape
+
+
+def sched(coefs, policy="lars", num_pages=32768, **kw):
+    kw.setdefault("accept_within", 0.0)
+    return make_scheduler(policy, num_pages=num_pages, predictor=RuntimePredictor(coefs), **kw)
+
+
+def largest_fitting(pred, kv, budget):
+    fits = [q for q in range(32, 8193, 32) if pred.predict(Composition.of([(q, kv)])) <= budget]
+    return max(fits) if fits else 0
+
+
+def test_decodes_first_then_the_largest_chunk_that_fits_what_is_left():
+    s = sched({"tokens": 1e-5, "decodes": 1e-3})
+    shorts = make_requests(4, prompt_len=32, max_tokens=8)
+    for r in shorts:
+        s.add_request(r)
+    sample_all(s, s.schedule(0.0), 0.1)  # four 32-token prefills -> four decodes
+    (long_,) = make_requests(1, prompt_len=100_000, prefix="L")
+    s.add_request(long_)
+    b = s.schedule(0.1)
+    # decodes: 4 tokens + 4 decodes = 0.00404 s; 1e-5 * q <= 0.04596 -> q = 4576
+    assert shape(b) == [("r0", 32, 1), ("r1", 32, 1), ("r2", 32, 1), ("r3", 32, 1), ("L0", 0, 4576)]
+    assert b.predicted_time == pytest.approx(0.00404 + 0.04576)
+
+
+def test_adaptive_chunking_shrinks_chunks_as_kv_grows():
+    s = sched({"tokens": 1e-5, "chunk_kv": 1e-9})
+    pred = s.predictor
+    (r,) = make_requests(1, prompt_len=200_000, max_tokens=1)
+    res = replay(s, [r])
+    chunks = [it.seqs[0] for it in res.trace]
+    assert chunks[0] == ("r0", 0, 4992)
+    for _, kv, n in chunks[:-1]:
+        assert n == largest_fitting(pred, kv, 0.05)
+        assert pred.predict(Composition.of([(n, kv)])) <= 0.05
+    sizes = [n for _, _, n in chunks[:-1]]
+    assert all(a >= b for a, b in zip(sizes, sizes[1:])) and sizes[-1] < 300
+    assert sum(n for _, _, n in chunks) == 200_000 and r.status is RequestStatus.FINISHED_LENGTH
+
+
+@pytest.mark.parametrize("fraction, expected", [(0.9, [800] * 6), (1.0, [800] * 6 + [192])])
+def test_multi_prefill_keeps_adding_while_below_the_fraction(fraction, expected):
+    s = sched({"tokens": 1e-5}, multi_prefill_fraction=fraction)
+    for r in make_requests(8, prompt_len=800, ttft_deadline=5.0):
+        s.add_request(r)
+    assert [n for _, _, n in shape(s.schedule(0.0))] == expected
+
+
+def test_at_most_one_long_prefill_per_batch_and_space_sharing():
+    s = sched({"tokens": 1e-5}, long_threshold=1000)
+    l1, l2 = make_requests(2, prompt_len=100_000, ttft_deadline=100.0, prefix="L")
+    (short,) = make_requests(1, prompt_len=1000, ttft_deadline=100.0, prefix="S")
+    for r in (l1, l2):
+        s.add_request(r)
+    b1 = s.schedule(0.0)
+    assert shape(b1) == [("L0", 0, 4992)]  # nothing is long yet: the whole budget
+    s.on_batch_done(b1, 0.05)
+    b2 = s.schedule(0.05)
+    assert shape(b2) == [("L1", 0, 4992)]  # L1 now has less slack (more work left)
+    s.on_batch_done(b2, 0.1)
+    s.add_request(short)
+    b3 = s.schedule(0.1)
+    # L0 is long with rho clamped to rho_max = 0.5: 25 ms -> 2496 tokens; L1 (also long, same
+    # kvp group) must wait; the short prefill takes the yielded time
+    assert s.policy.relative_slack(l1, 0.1) > 0.5
+    assert shape(b3) == [("L0", 4992, 2496), ("S0", 0, 1000)]
+
+
+@pytest.mark.parametrize("deadline, expect_rho", [(1.2, "between"), (0.5, "negative")])
+def test_space_sharing_yields_rho_of_the_budget(deadline, expect_rho):
+    s = sched({"tokens": 1e-5}, long_threshold=1000)
+    (r,) = make_requests(1, prompt_len=100_000, ttft_deadline=deadline)
+    s.add_request(r)
+    s.on_batch_done(s.schedule(0.0), 0.05)
+    rho = s.policy.relative_slack(r, 0.05)
+    if expect_rho == "between":
+        assert 0.0 < rho < 0.5
+    else:
+        assert rho < 0.0
+    b = s.schedule(0.05)
+    budget = 0.05 * (1.0 - min(max(rho, 0.0), 0.5))
+    assert shape(b) == [("r0", 4992, largest_fitting(s.predictor, 4992, budget))]
+
+
+def test_only_the_best_candidates_are_examined():
+    s = sched({"tokens": 1e-5}, max_prefill_candidates=2)
+    for r in make_requests(5, prompt_len=100, ttft_deadline=[5.0, 1.0, 4.0, 2.0, 3.0]):
+        s.add_request(r)
+    assert shape(s.schedule(0.0)) == [("r1", 0, 100), ("r3", 0, 100)]
+
+
+def test_a_chunk_that_can_never_fit_still_runs_alone():
+    s = sched({"const": 0.1, "tokens": 1e-5})  # every batch overruns 50 ms
+    (r,) = make_requests(1, prompt_len=1000)
+    s.add_request(r)
+    assert shape(s.schedule(0.0)) == [("r0", 0, 32)]
+
+
+@pytest.mark.parametrize("policy", ["lars", "edf", "lrs"])
+def test_memory_pressure_finishes_everything(policy):
+    s = sched({"tokens": 1e-5, "chunk_kv": 1e-9, "decodes": 1e-4}, policy=policy, num_pages=40,
+              long_threshold=256)
+    # 40 pages of 16 tokens; each request grows by 100 generated tokens
+    reqs = make_requests(12, prompt_len=[100, 400, 37, 250, 60, 90, 300, 12, 80, 200, 64, 150],
+                         max_tokens=100, arrival=[0.01 * k for k in range(12)])
+    replay(s, reqs)
+    assert all(r.status is RequestStatus.FINISHED_LENGTH and r.num_output_tokens == 100 for r in reqs)
+    assert s.num_preemptions > 0 and s.kv.num_free_pages == 40
+
+
+def test_measured_times_are_recorded_and_correct_the_predictor():
+    s = sched({"tokens": 1e-5})
+    for r in make_requests(1, prompt_len=1000):
+        s.add_request(r)
+    b = s.schedule(0.0)
+    assert b.predicted_time == pytest.approx(0.01)
+    s.on_batch_done(b, 0.02, measured_time=0.02)
+    rec = s.records[-1]
+    assert (rec.composition.seqs, rec.predicted, rec.measured) == (((1000, 0),), b.predicted_time, 0.02)
+    assert s.predictor.correction == pytest.approx(1.0 + 0.05 * (2.0 - 1.0))
