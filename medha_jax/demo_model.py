@@ -69,7 +69,9 @@ def byte_tokenizer() -> Tokenizer:
                      chat_template=CHAT_TEMPLATE, bos_token=SPECIALS[0], eos_token=SPECIALS[2])
 
 
-def load_demo(mesh: Mesh, dtype=jnp.float32):
-    """(cfg, params, tokenizer) of the demo model on `mesh`; deterministic, writes nothing."""
-    params = init_params(DEMO_CONFIG, mesh, seed=DEMO_SEED, dtype=dtype)
+def load_demo(mesh: Mesh, dtype=jnp.float32, seed: int | None = None):
+    """(cfg, params, tokenizer) of the demo model on `mesh`; deterministic, writes nothing.
+
+    seed: weights seed (None: DEMO_SEED, so "demo" is the same model everywhere)."""
+    params = init_params(DEMO_CONFIG, mesh, seed=DEMO_SEED if seed is None else seed, dtype=dtype)
     return DEMO_CONFIG, params, byte_tokenizer()

@@ -37,9 +37,11 @@ def resolve_dtype(dtype) -> jnp.dtype:
     return d
 
 
-def load_model(path_or_demo: str | Path, mesh: Mesh, dtype="bfloat16", require_tokenizer: bool = True):
+def load_model(path_or_demo: str | Path, mesh: Mesh, dtype="bfloat16", require_tokenizer: bool = True,
+               seed: int | None = None):
     """(LlamaConfig, params in `param_shardings(cfg, mesh)`, Tokenizer or None).
 
+    seed: weights seed of the demo model (None: its fixed default); ignored for checkpoints.
     require_tokenizer=False returns None for the tokenizer when the directory has no
     tokenizer.json (token-id prompts only); otherwise a missing tokenizer.json is an error.
     """
@@ -47,7 +49,7 @@ def load_model(path_or_demo: str | Path, mesh: Mesh, dtype="bfloat16", require_t
     if str(path_or_demo) == "demo":
         from medha_jax.demo_model import load_demo
 
-        return load_demo(mesh, dt)
+        return load_demo(mesh, dt, seed=seed)
     d = Path(path_or_demo)
     if not d.is_dir():
         raise FileNotFoundError(

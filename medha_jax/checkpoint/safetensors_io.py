@@ -172,7 +172,7 @@ def _reader(index: TensorIndex, cfg: LlamaConfig, lay: sharding.Layout, key: str
 
 def load_safetensors_params(model_dir: str | Path, cfg: LlamaConfig, mesh: Mesh, dtype=np.float32):
     """Params for `cfg` from the HF checkpoint in model_dir, as arrays in `param_shardings`."""
-    np_dtype = np.dtype(dtype)
+    np_dtype = np.dtype(jax.numpy.dtype(dtype))  # accepts "float32", "bfloat16", jnp dtypes
     lay = sharding.layout(cfg, mesh)
     index = TensorIndex(model_dir)
     try:

@@ -6,12 +6,12 @@ Public entry points: `LlamaConfig`, `ModelInputs`, `forward` (per device), `make
 
 from medha_jax.model.config import LlamaConfig
 from medha_jax.model.init import init_params
-from medha_jax.model.inputs import ModelInputs, single_sequence_inputs
+from medha_jax.model.inputs import ModelInputs, make_inputs, single_sequence_inputs
 from medha_jax.model.llama import forward
 from medha_jax.model.sharded import init_kv_cache, kv_cache_bytes_per_page, make_forward, param_shardings
 from medha_jax.model.sharding import Layout, layout
 
 __all__ = [
-    "LlamaConfig", "ModelInputs", "single_sequence_inputs", "forward", "make_forward",
+    "LlamaConfig", "ModelInputs", "make_inputs", "single_sequence_inputs", "forward", "make_forward",
     "init_kv_cache", "kv_cache_bytes_per_page", "param_shardings", "init_params", "Layout", "layout",
 ]

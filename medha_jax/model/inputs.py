@@ -7,6 +7,8 @@ belong to no sequence (index >= cu_q_lens[S]); padding sequences have 0 query to
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
@@ -41,34 +43,59 @@ class ModelInputs:
         return self.kv_lens.shape[0]
 
 
-def single_sequence_inputs(token_ids, start_pos: int, pages: list[int], page_size: int,
-                           pad_tokens: int | None = None, pad_pages: int | None = None) -> ModelInputs:
-    """ModelInputs for one sequence whose tokens `token_ids` sit at positions start_pos.. and whose
-    KV lives in `pages` (page i holds positions [i*page_size, (i+1)*page_size)).
+def make_inputs(seqs: Sequence[tuple[Sequence[int], int, Sequence[int]]], page_size: int,
+                pad_tokens: int | None = None, pad_seqs: int | None = None,
+                pad_pages: int | None = None) -> ModelInputs:
+    """ModelInputs for a batch of `(token_ids, start_pos, pages)`: each sequence's tokens sit at
+    positions start_pos.. and its KV lives in `pages` (page i holds positions
+    [i*page_size, (i+1)*page_size)); logits come from each sequence's last token.
 
-    Optional padding to `pad_tokens` token slots and `pad_pages` page-table columns (fixed shapes
-    for jit). A convenience for tests, tools and simple loops; the executor builds batches itself.
+    Pads to `pad_tokens` token slots, `pad_seqs` sequence slots (0 tokens each) and `pad_pages`
+    page-table columns (fixed shapes for jit). A plain host-side builder for tests, tools and
+    simple loops; the executor packs its batches itself.
     """
-    ids = np.asarray(token_ids, dtype=np.int32).reshape(-1)
-    n = ids.shape[0]
-    end = start_pos + n
-    if len(pages) * page_size < end:
-        raise ValueError(f"{len(pages)} pages of {page_size} cannot hold {end} positions")
-    T = n if pad_tokens is None else pad_tokens
-    Pw = len(pages) if pad_pages is None else pad_pages
-    if T < n or Pw < len(pages):
-        raise ValueError(f"padding ({T} tokens, {Pw} pages) is smaller than the data ({n}, {len(pages)})")
-    pos = np.arange(start_pos, end, dtype=np.int32)
-    table = np.asarray(pages, dtype=np.int32)
-    slots = table[pos // page_size] * page_size + pos % page_size
-    pad = T - n
+    ids, pos, slots, cu, offs, kv_lens, tables, last = [], [], [], [0], [], [], [], []
+    for tok, start, pages in seqs:
+        tok = np.asarray(tok, dtype=np.int32).reshape(-1)
+        n, end = tok.shape[0], start + tok.shape[0]
+        if n == 0:
+            raise ValueError("a scheduled sequence needs at least one token")
+        if len(pages) * page_size < end:
+            raise ValueError(f"{len(pages)} pages of {page_size} cannot hold {end} positions")
+        p = np.arange(start, end, dtype=np.int32)
+        table = np.asarray(pages, dtype=np.int32)
+        ids.append(tok)
+        pos.append(p)
+        slots.append(table[p // page_size] * page_size + p % page_size)
+        last.append(cu[-1] + n - 1)
+        cu.append(cu[-1] + n)
+        offs.append(start)
+        kv_lens.append(end)
+        tables.append(table)
+    T = cu[-1] if pad_tokens is None else pad_tokens
+    S = len(seqs) if pad_seqs is None else pad_seqs
+    Pw = max(len(t) for t in tables) if pad_pages is None else pad_pages
+    if T < cu[-1] or S < len(seqs) or Pw < max(len(t) for t in tables):
+        raise ValueError(f"padding ({T} tokens, {S} seqs, {Pw} pages) is smaller than the batch "
+                         f"({cu[-1]}, {len(seqs)}, {max(len(t) for t in tables)})")
+    pad_t, pad_s = T - cu[-1], S - len(seqs)
+    page_table = np.zeros((S, Pw), np.int32)
+    for i, t in enumerate(tables):
+        page_table[i, : len(t)] = t
+    i32 = lambda a: jnp.asarray(np.asarray(a, dtype=np.int32))
     return ModelInputs(
-        token_ids=jnp.asarray(np.pad(ids, (0, pad))),
-        positions=jnp.asarray(np.pad(pos, (0, pad))),
-        slot_mapping=jnp.asarray(np.pad(slots.astype(np.int32), (0, pad), constant_values=-1)),
-        cu_q_lens=jnp.asarray(np.array([0, n], dtype=np.int32)),
-        q_offsets=jnp.asarray(np.array([start_pos], dtype=np.int32)),
-        kv_lens=jnp.asarray(np.array([end], dtype=np.int32)),
-        page_table=jnp.asarray(np.pad(table, (0, Pw - len(pages)))[None, :]),
-        logits_indices=jnp.asarray(np.array([n - 1], dtype=np.int32)),
+        token_ids=i32(np.pad(np.concatenate(ids), (0, pad_t))),
+        positions=i32(np.pad(np.concatenate(pos), (0, pad_t))),
+        slot_mapping=i32(np.pad(np.concatenate(slots), (0, pad_t), constant_values=-1)),
+        cu_q_lens=i32(cu + [cu[-1]] * pad_s),
+        q_offsets=i32(offs + [0] * pad_s),
+        kv_lens=i32(kv_lens + [0] * pad_s),
+        page_table=i32(page_table),
+        logits_indices=i32(last + [0] * pad_s),
     )
+
+
+def single_sequence_inputs(token_ids: Sequence[int], start_pos: int, pages: Sequence[int], page_size: int,
+                           pad_tokens: int | None = None, pad_pages: int | None = None) -> ModelInputs:
+    """`make_inputs` for one sequence."""
+    return make_inputs([(token_ids, start_pos, pages)], page_size, pad_tokens, None, pad_pages)
