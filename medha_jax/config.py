@@ -19,6 +19,8 @@ class EngineConfig:
     """HF model directory (config.json, *.safetensors, tokenizer.json), or "demo" for the built-in tiny Llama."""
     mesh: str = "tp=1"
     """Device mesh, e.g. "tp=8,spp=4,kvp=2"; axes not named are 1. Its size must equal the devices used."""
+    num_devices: int | None = None
+    """Use the first N local devices (default: all of them). The mesh's size must equal it."""
     dtype: str = "float32"
     """Weights, activations and KV cache dtype: float32 or bfloat16."""
     attention_backend: str = "auto"
@@ -49,6 +51,8 @@ class EngineConfig:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
         if self.attention_backend not in ATTENTION_BACKENDS:
             raise ValueError(f"attention_backend must be one of {ATTENTION_BACKENDS}, got {self.attention_backend!r}")
+        if self.num_devices is not None and self.num_devices < 1:
+            raise ValueError(f"num_devices must be >= 1, got {self.num_devices}")
         if self.page_size < 1 or self.page_size & (self.page_size - 1):
             raise ValueError(f"page_size must be a power of two >= 1, got {self.page_size}")
         if self.num_pages is not None and self.num_pages < 2:

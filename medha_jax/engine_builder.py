@@ -17,6 +17,7 @@ from medha_jax.executor.executor import Executor
 from medha_jax.kv_cache_manager import KVCacheManager
 from medha_jax.mesh import make_mesh, parse_mesh
 from medha_jax.model.loading import load_model
+from medha_jax.model.sharded import kv_cache_bytes_per_page
 from medha_jax.scheduler import SchedulerConfig, make_scheduler
 
 
@@ -47,17 +48,19 @@ def resolve_attention_backend(name: str):
     return attention_fn
 
 
-def kv_bytes_per_page(model_config, page_size: int, dtype: str, tp: int) -> int:
-    """Bytes one page of K and V takes on one device (all local layers; spp splits layers)."""
-    kvh = max(model_config.num_kv_heads, tp) // tp
-    item = 4 if dtype == "float32" else 2
-    return 2 * model_config.num_layers * page_size * kvh * model_config.head_dim * item
+def _jnp_dtype(name: str):
+    return jax.numpy.float32 if name == "float32" else jax.numpy.bfloat16
 
 
 def build_engine_parts(config: EngineConfig, scheduler_config: SchedulerConfig | None) -> EngineParts:
     scfg = scheduler_config if scheduler_config is not None else SchedulerConfig()
     mesh_spec = parse_mesh(config.mesh)
-    mesh = make_mesh(mesh_spec)
+    devices = jax.devices()
+    if config.num_devices is not None:
+        if config.num_devices > len(devices):
+            raise ValueError(f"num_devices={config.num_devices} but only {len(devices)} devices are visible")
+        devices = devices[: config.num_devices]
+    mesh = make_mesh(mesh_spec, devices=devices)
     model_config, params, tokenizer = load_model(config.model, mesh, config.dtype, seed=config.seed)
 
     max_model_len = config.max_model_len or model_config.max_position_embeddings
@@ -71,25 +74,26 @@ def build_engine_parts(config: EngineConfig, scheduler_config: SchedulerConfig |
     num_pages = config.num_pages
     if num_pages is None:
         if config.kv_cache_memory_gb is not None:
-            per_page = kv_bytes_per_page(model_config, page, config.dtype, mesh_spec["tp"])
-            num_pages = int(config.kv_cache_memory_gb * 1e9 // (per_page / mesh_spec["spp"]))
+            per_page = kv_cache_bytes_per_page(model_config, mesh, page, _jnp_dtype(config.dtype))
+            num_pages = int(config.kv_cache_memory_gb * 1e9 // per_page)
         else:
             num_pages = 1024
     kvp = mesh_spec["kvp"]
     kv_manager = KVCacheManager(num_pages, page, kvp=kvp)
-    scheduler = make_scheduler(scfg, kv_manager, model_config=model_config, mesh_spec=mesh_spec)
+    scheduler = make_scheduler(scfg, kv_manager, max_model_len=max_model_len,
+                               model_config=model_config, mesh_spec=mesh_spec)
 
     ladders = BucketLadders.build(
-        max_tokens=scfg.max_num_batched_tokens,
+        max_tokens=scheduler.max_batch_tokens or max_model_len,
         max_seqs=scfg.max_num_seqs,
         max_pages=min(pages_per_seq, num_pages),
         min_tokens=config.min_token_bucket,
         min_seqs=config.min_seq_bucket,
         min_pages=config.min_page_bucket,
     )
-    kv_dtype = jax.numpy.float32 if config.dtype == "float32" else jax.numpy.bfloat16
+    kv_dtype = _jnp_dtype(config.dtype)
     executor = Executor(
-        model_config, params, mesh, num_pages=num_pages, page_size=page, kv_dtype=kv_dtype,
+        model_config, params, mesh, num_pages=num_pages * kvp, page_size=page, kv_dtype=kv_dtype,
         ladders=ladders, attention_fn=resolve_attention_backend(config.attention_backend),
     )
     if config.warmup:
