@@ -1,28 +1,19 @@
-"""Incremental detokenization with stop strings, for one request.
+"""Streaming text for one request: incremental detokenization plus stop strings.
 
-token -> text: decoding a growing id list from scratch every step is quadratic, and decoding
-one token alone breaks multi-byte characters and word-boundary spaces. As in vLLM we decode a
-short window `ids[prefix:]` and keep only what extends `ids[prefix:read]`, holding back output
-while it ends in an incomplete character (U+FFFD). Stop strings are searched in the text as it
-grows; the text is cut where one starts. While stop strings are set, the last
-`max(len(stop)) - 1` characters are held back from streaming deltas so a client never sees
-text that a stop string later removes.
+token -> `Tokenizer.detokenizer` (windowed decode that holds back incomplete characters)
+      -> text so far -> stop-string search over the newly grown tail -> cut at the first match.
+While stop strings are set, the last `max(len(stop)) - 1` characters are held back from
+streaming deltas so a client never sees text that a stop string later removes.
 """
 
 from __future__ import annotations
 
-_CONTEXT_TOKENS = 5
-
 
 class IncrementalText:
     def __init__(self, tokenizer, stop: list[str] | tuple[str, ...] = (), prompt_ids: list[int] | None = None):
-        self._tok = tokenizer
+        self._detok = tokenizer.incremental(prompt_ids or ())
         self._stop = list(stop)
         self._hold = max((len(s) for s in self._stop), default=1) - 1
-        ctx = list(prompt_ids[-_CONTEXT_TOKENS:]) if prompt_ids else []
-        self._ids: list[int] = ctx
-        self._prefix = 0
-        self._read = len(ctx)
         self.text = ""
         self._emitted = 0
         self.stopped = False
@@ -31,14 +22,11 @@ class IncrementalText:
         """Add a generated token; returns the stop string it completed, if any. Special tokens add no text."""
         if self.stopped or special:
             return None
-        self._ids.append(token_id)
-        prefix_text = self._tok.decode(self._ids[self._prefix : self._read])
-        new_text = self._tok.decode(self._ids[self._prefix :])
-        if len(new_text) <= len(prefix_text) or new_text.endswith("\ufffd"):
+        delta = self._detok.add(token_id)
+        if not delta:
             return None  # an incomplete character: wait for the next token
         old_len = len(self.text)
-        self.text += new_text[len(prefix_text) :]
-        self._prefix, self._read = self._read, len(self._ids)
+        self.text += delta
         return self._check_stop(old_len)
 
     def _check_stop(self, old_len: int) -> str | None:
@@ -64,7 +52,11 @@ class IncrementalText:
         return delta
 
     def flush(self) -> str:
-        """Everything not yet streamed (call when the request finishes)."""
+        """Everything not yet streamed, incomplete trailing characters included (call at the finish)."""
+        if not self.stopped:
+            old_len = len(self.text)
+            self.text += self._detok.flush()
+            self._check_stop(old_len)
         delta = self.text[self._emitted :]
         self._emitted = len(self.text)
         return delta

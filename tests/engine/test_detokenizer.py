@@ -1,0 +1,35 @@
+"""Streaming text and stop strings over the demo byte-level tokenizer (real `tokenizers` object)."""
+
+from medha_jax.demo_model import byte_tokenizer
+from medha_jax.detokenizer import IncrementalText
+
+TOK = byte_tokenizer()
+
+
+def _stream(text, stop=()):
+    ids = TOK.encode(text)
+    inc = IncrementalText(TOK, stop=stop)
+    deltas, hit = [], None
+    for t in ids:
+        hit = inc.append(t)
+        if hit is not None:
+            break
+        deltas.append(inc.take_delta())
+    deltas.append(inc.flush())
+    return "".join(deltas), inc.text, hit
+
+
+def test_multibyte_characters_stream_whole():
+    text = "naïve café — 東京 🚀 done"
+    streamed, full, hit = _stream(text)
+    assert streamed == full == text and hit is None
+
+
+def test_stop_string_cuts_text_and_is_never_streamed():
+    streamed, full, hit = _stream("alpha beta STOP gamma", stop=["STOP", "zzz"])
+    assert hit == "STOP" and full == "alpha beta " and streamed == "alpha beta "
+
+
+def test_earliest_stop_string_wins_and_spans_tokens():
+    streamed, full, hit = _stream("one two three", stop=["three", "o t"])
+    assert hit == "o t" and full == "one tw" and streamed == "one tw"

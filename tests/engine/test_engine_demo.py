@@ -1,0 +1,142 @@
+"""Engine behaviour on the embedded demo model: stops, compiles, bad input, seeds, aborts.
+
+One warmed-up LLM per module (small shape ladders) keeps compile time down; every test leaves
+it idle with all KV pages free, which the fixture checks.
+"""
+
+import pytest
+
+from medha_jax import LLM, SamplingParams
+from medha_jax.executor.executor import compile_events
+
+KW = dict(mesh="tp=2", num_devices=2, max_model_len=256, num_pages=64, page_size=16,
+          max_num_batched_tokens=64, max_num_seqs=8, min_token_bucket=16, min_page_bucket=8)
+
+
+@pytest.fixture(scope="module")
+def llm():
+    return LLM(model="demo", **KW)
+
+
+@pytest.fixture(autouse=True)
+def _pages_return(llm):
+    yield
+    kv = llm.engine.kv_manager
+    assert not llm.engine.has_unfinished()
+    assert kv.num_free_pages == kv.num_total_pages
+
+
+def _greedy(n, **kw):
+    return SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True, **kw)
+
+
+def test_mixed_run_with_stops_compiles_nothing_after_warmup(llm):
+    prompts = [bytes(range(40, 40 + n)).decode("latin-1") for n in (3, 17, 60, 120, 1, 90, 33, 150)]
+    free = llm.generate(prompts, _greedy(24))
+    # Stop strings and stop ids taken from what the model really says without them.
+    params, expect = [], []
+    for i, out in enumerate(free):
+        if i % 3 == 0 and len(out.text) > 6:
+            stop = out.text[3:6]
+            params.append(_greedy(24, stop=[stop]))
+            expect.append(("stop", out.text[: out.text.index(stop)]))
+        elif i % 3 == 1:
+            params.append(_greedy(24, stop_token_ids=[out.token_ids[4]]))
+            expect.append(("stop_id", out.token_ids[: out.token_ids.index(out.token_ids[4]) + 1]))
+        else:
+            params.append(_greedy(5 + i))
+            expect.append(("length", out.token_ids[: 5 + i]))
+    assert {k for k, _ in expect} == {"stop", "stop_id", "length"}
+    events_before = compile_events()
+    outs = llm.generate(prompts, params)
+    assert compile_events() == events_before
+    assert llm.engine.executor.compiles_after_warmup == 0
+    for out, (kind, want) in zip(outs, expect):
+        if kind == "stop":
+            assert out.finish_reason == "stop" and out.text == want
+        elif kind == "stop_id":
+            assert out.finish_reason == "stop" and out.token_ids == want and out.stop_reason == want[-1]
+        else:
+            assert out.finish_reason == "length" and out.token_ids == want
+        assert out.metrics.ttft is not None and len(out.metrics.token_times) == len(out.token_ids)
+
+
+def test_streamed_deltas_add_up_to_the_final_text(llm):
+    eng = llm.engine
+    req = eng.add_request("streaming check", _greedy(20))
+    tokens, text, final = [], "", None
+    while final is None:
+        for out in eng.step():
+            if out.request_id == req.request_id:
+                tokens += out.new_token_ids
+                text += out.new_text
+                final = out if out.finished else None
+    assert tokens == final.token_ids and text == final.text
+
+
+@pytest.mark.parametrize("prompt,params,match", [
+    ([5, 600], _greedy(4), "outside the vocabulary"),
+    ([1] * 300, _greedy(4), "max_model_len"),
+    ([], _greedy(4), "empty"),
+    (["a"], _greedy(4), "not an integer"),
+])
+def test_bad_prompts_are_rejected_without_disturbing_running_requests(llm, prompt, params, match):
+    eng = llm.engine
+    ref = llm.generate([[7, 8, 9]], _greedy(10))[0].token_ids
+    req = eng.add_request([7, 8, 9], _greedy(10))
+    eng.step()
+    with pytest.raises(ValueError, match=match):
+        llm.generate([[3, 4], prompt], params)
+    while eng.has_unfinished():
+        eng.step()
+    assert req.output_token_ids == ref
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(max_tokens=0), "max_tokens"), (dict(top_p=0.0), "top_p"), (dict(top_p=1.5), "top_p"),
+    (dict(temperature=-1.0), "temperature"), (dict(top_k=-2), "top_k"),
+])
+def test_bad_sampling_params_name_the_field(kw, match):
+    with pytest.raises(ValueError, match=match):
+        SamplingParams(**kw)
+
+
+def test_seeded_sampling_is_reproducible_whatever_else_runs(llm):
+    sp = SamplingParams(max_tokens=12, temperature=0.9, top_p=0.95, top_k=50, seed=1234, ignore_eos=True)
+    alone = llm.generate(["seeded"], sp)[0].token_ids
+    crowd = llm.generate(["x" * 50, "seeded", "y" * 9], [_greedy(12), sp, SamplingParams(max_tokens=12, seed=9)])
+    assert crowd[1].token_ids == alone
+    other = llm.generate(["seeded"], SamplingParams(max_tokens=12, temperature=0.9, seed=4321, ignore_eos=True))
+    assert other[0].token_ids != alone
+
+
+def test_abort_frees_pages_and_reports_abort(llm):
+    eng = llm.engine
+    req = eng.add_request("abort me please", _greedy(50))
+    eng.step()
+    eng.step()
+    assert eng.kv_manager.num_free_pages < eng.kv_manager.num_total_pages
+    eng.abort(req.request_id)
+    outs = eng.step()
+    assert [o.finish_reason for o in outs if o.request_id == req.request_id] == ["abort"]
+    assert not eng.has_unfinished()
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(mesh="tp=2,xp=2"), "unknown mesh axis"),
+    (dict(mesh="tp=3", num_devices=2), "needs 3 devices"),
+    (dict(mesh="tp=2"), "needs 2 devices but"),
+    (dict(dtype="float16"), "dtype"),
+    (dict(scheduler_typo=1), "unknown LLM option"),
+])
+def test_bad_engine_options_name_the_problem(kw, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        LLM(model="demo", **{**dict(num_devices=1, warmup=False), **kw})
+
+
+def test_checkpoint_dir_problems_name_the_problem(tmp_path):
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        LLM(model=str(tmp_path), num_devices=1, warmup=False)
+    (tmp_path / "config.json").write_text('{"architectures": ["MistralForCausalLM"], "model_type": "mistral"}')
+    with pytest.raises(ValueError, match="MistralForCausalLM"):
+        LLM(model=str(tmp_path), num_devices=1, warmup=False)
