@@ -100,3 +100,14 @@ def resolve_interpret(interpret: bool | None) -> bool:
 
         return jax.default_backend() != "gpu"
     return bool(interpret)
+
+
+def device_config(**overrides) -> KernelConfig:
+    """DEFAULT_CONFIG with num_sms read from the default device when it is a GPU."""
+    import jax
+
+    dev = jax.devices()[0]
+    sms = getattr(dev, "core_count", None) if dev.platform == "gpu" else None
+    if sms:
+        overrides.setdefault("num_sms", int(sms))
+    return dataclasses.replace(DEFAULT_CONFIG, **overrides)

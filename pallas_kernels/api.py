@@ -1,0 +1,52 @@
+"""One entry point for paged attention, picking the backend; the kernels also stand alone.
+
+Every function here has the contract signature of `reference.paged_attention_reference`:
+`fn(q [T, H, Dh], k_pages [N, page, KVH, Dh], v_pages, page_table i32[S, P], cu_q_lens i32[S+1],
+q_offsets i32[S], kv_lens i32[S], *, scale) -> (out [T, H, Dh], lse f32[T, H])`.
+
+- `paged_attention(..., backend="xla")`: `reference.paged_attention_xla` (any platform).
+- `paged_attention(..., backend="pallas")`: the fused POD kernel over the whole hybrid batch
+  (`pod.pod_attention`); interpret mode automatically when the default backend is not a GPU.
+- `prefill_attention` / `decode_attention` / `pod_attention`: the three kernels.
+
+All are traceable with the metadata as traced arrays: work lists are built with jnp inside the
+trace and sized from static shapes only, so a jitted step compiles once per shape bucket.
+"""
+
+from __future__ import annotations
+
+from pallas_kernels.config import DEFAULT_CONFIG, KernelConfig, device_config
+from pallas_kernels.decode import decode_attention
+from pallas_kernels.merge import merge_attention
+from pallas_kernels.pod import pod_attention
+from pallas_kernels.prefill import prefill_attention
+from pallas_kernels.reference import paged_attention_reference, paged_attention_xla
+
+BACKENDS = ("xla", "pallas")
+
+__all__ = [
+    "BACKENDS",
+    "DEFAULT_CONFIG",
+    "KernelConfig",
+    "decode_attention",
+    "device_config",
+    "merge_attention",
+    "paged_attention",
+    "paged_attention_reference",
+    "paged_attention_xla",
+    "pod_attention",
+    "prefill_attention",
+]
+
+
+def paged_attention(q, k_pages, v_pages, page_table, cu_q_lens, q_offsets, kv_lens, *, scale,
+                    backend: str = "xla", interpret: bool | None = None,
+                    config: KernelConfig | None = None):
+    """Paged attention over a hybrid batch (prefill chunks first, then 1-token decodes)."""
+    args = (q, k_pages, v_pages, page_table, cu_q_lens, q_offsets, kv_lens)
+    if backend == "xla":
+        return paged_attention_xla(*args, scale=scale)
+    if backend == "pallas":
+        cfg = device_config() if config is None else config
+        return pod_attention(*args, scale=scale, config=cfg, interpret=interpret)
+    raise ValueError(f"backend={backend!r}; expected one of {BACKENDS}")

@@ -1,0 +1,30 @@
+"""Split-K paged decode kernel (interpret mode) vs the dense reference on decode batches."""
+
+import jax.numpy as jnp
+import pytest
+
+from pallas_kernels.config import KernelConfig
+from pallas_kernels.decode import decode_attention
+from pallas_kernels.reference import paged_attention_reference
+
+
+def decode_batch(Seq, p):
+    """Decodes at kv 1, page - 1, page, page + 1, long; one with no pages (KVP shard); one idle."""
+    return [Seq(1, 0), Seq(1, p - 2), Seq(1, p - 1), Seq(1, p), Seq(1, 5 * p + 3), Seq(1, 900, 0),
+            Seq(0, 4), Seq(1, 300, 2 * p + 1)]
+
+
+@pytest.mark.parametrize(
+    "G,KVH,Dh,page,dtype,splits",
+    [
+        (1, 4, 64, 8, jnp.float32, 4),
+        (4, 2, 128, 16, jnp.float32, 8),  # more splits than blocks: empty splits drop out
+        (8, 2, 64, 16, jnp.bfloat16, 3),
+        (8, 1, 128, 8, jnp.float32, 1),
+    ],
+)
+def test_decode_matches_reference(make_batch, Seq, check, run, G, KVH, Dh, page, dtype, splits):
+    args = make_batch(decode_batch(Seq, page), H=G * KVH, KVH=KVH, Dh=Dh, page=page, dtype=dtype)
+    cfg = KernelConfig(block_kv=16 if page == 8 else 32)
+    check(run(decode_attention, args, config=cfg, splits=splits, interpret=True),
+          run(paged_attention_reference, args), dtype)
