@@ -58,8 +58,8 @@ def make_mesh(spec: str | Mapping[str, int], devices: Sequence | None = None):
     need = math.prod(degrees.values())
     if need != len(devs):
         shown = ",".join(f"{a}={degrees[a]}" for a in MESH_AXES)
-        which = "this host has" if devices is None else "were given"
-        raise ValueError(f"mesh {shown} needs {need} devices but {which} {len(devs)}; "
+        have = f"this host has {len(devs)}" if devices is None else f"{len(devs)} were given"
+        raise ValueError(f"mesh {shown} needs {need} devices but {have}; "
                          "make the product of the degrees equal the device count")
     grid = np.array(devs, dtype=object).reshape(tuple(degrees[a] for a in MESH_AXES))
     return Mesh(grid, MESH_AXES)
