@@ -76,6 +76,8 @@ class Scheduler:
         self.running: dict[Request, None] = {}
         """Requests holding pages, in the order they (re)started."""
         self._in_flight: set[Request] = set()
+        self.partials: list[Request] = []
+        """Running partial prefills that are ready, collected by the decode pass of `schedule`."""
         self.records = IterationLog(config.max_records)
         self.num_preemptions = 0
 
@@ -101,8 +103,9 @@ class Scheduler:
             )
         request.status = RequestStatus.WAITING
         self._by_id[request.request_id] = request
-        self.waiting[request] = None
         self.policy.on_add(request)
+        self.waiting[request] = None
+        self.policy.on_waiting(request)
 
     def abort(self, request_id: str) -> Request | None:
         """Finish a request as aborted and free its pages now; None if it is not here."""
@@ -119,7 +122,8 @@ class Scheduler:
         if self._by_id.get(request.request_id) is not request:
             raise ValueError(f"request {request.request_id!r} is not in this scheduler")
         del self._by_id[request.request_id]
-        self.waiting.pop(request, None)
+        if self.waiting.pop(request, 0) is None:
+            self.policy.on_leave_waiting(request)
         self.running.pop(request, None)
         self._in_flight.discard(request)
         self.kv.free(request)
@@ -159,7 +163,6 @@ class Scheduler:
     # ---- one iteration -----------------------------------------------------------------------
     def schedule(self, now: float) -> ScheduledBatch:
         batch = ScheduledBatch()
-        self.policy.begin(now)
         self._schedule_decodes(batch, now)
         self.packer.pack_prefills(self, batch, now)
         if batch.seqs and self.predictor is not None and batch.predicted_time is None:
@@ -192,16 +195,16 @@ class Scheduler:
     def is_decode(req: Request) -> bool:
         return req.num_remaining_tokens == 1 and bool(req.output_token_ids)
 
-    def prefill_candidates(self) -> list[Request]:
-        """Running partial prefills plus waiting requests that are ready, unordered."""
-        out = [r for r in self.running if not self.is_decode(r) and self.ready(r)]
-        out.extend(r for r in self.waiting if r.num_remaining_tokens >= 1)
-        return out
+    def prefill_candidates(self, now: float):
+        """Ready running partial prefills and waiting requests, best first (lazy)."""
+        partials = [r for r in self.partials if r in self.running and r not in self._in_flight]
+        return self.policy.candidates(partials, now)
 
     def add_seq(self, batch: ScheduledBatch, req: Request, n: int, now: float) -> ScheduledSeq:
         """Put `n` tokens of `req` into the batch (pages must already be reserved)."""
         if req in self.waiting:
             del self.waiting[req]
+            self.policy.on_leave_waiting(req)
             self.running[req] = None
         req.status = RequestStatus.RUNNING
         if req.first_scheduled_time is None:
@@ -217,7 +220,7 @@ class Scheduler:
         Returns False when the pages cannot be had (a decode with no victim left preempts
         itself; a waiting request simply has to wait)."""
         kv = self.kv
-        while not kv.can_allocate(req, n):
+        while not kv.try_allocate(req, n):
             if req not in self.running:
                 return False
             victim = self._pick_victim(req, now)
@@ -228,7 +231,6 @@ class Scheduler:
                 return False
             self._preempt(victim)
             batch.preempted.append(victim)
-        kv.allocate(req, n)
         return True
 
     def _pick_victim(self, requester: Request, now: float) -> Request | None:
@@ -257,14 +259,38 @@ class Scheduler:
         req.num_preemptions += 1
         self.num_preemptions += 1
         self.waiting[req] = None
+        self.policy.on_waiting(req)
 
     def _schedule_decodes(self, batch: ScheduledBatch, now: float) -> None:
+        """Phase 1: every ready decode, oldest first; collects ready partial prefills on the way.
+
+        The hot loop of the scheduler (hundreds of decodes per iteration): it reads the KV
+        manager's `covered` and `tables` maps directly and calls `reserve` only when a decode
+        needs a new page."""
+        in_flight = self._in_flight
+        partials = []
         cap = self.config.max_num_seqs
-        decodes = [r for r in self.running if self.is_decode(r) and self.ready(r)]
-        for req in decodes:
-            if len(batch.seqs) >= cap:
-                break
-            if req not in self.running:
+        seqs = batch.seqs
+        running = self.running
+        covered = self.kv.covered
+        tables = self.kv.tables
+        for req in list(running):
+            if req in in_flight:
+                continue
+            out = req.output_token_ids
+            done = req.num_computed_tokens
+            remaining = len(req.prompt_token_ids) + len(out) - done
+            if remaining != 1 or not out:
+                if remaining >= 1:
+                    partials.append(req)
+                continue
+            if len(seqs) >= cap:
+                continue
+            if batch.preempted and req not in running:
                 continue  # preempted as a victim of an earlier decode
-            if self.reserve(req, 1, batch, now):
-                self.add_seq(batch, req, 1, now)
+            rid = req.request_id
+            if done + 1 > covered.get(rid, 0) and not self.reserve(req, 1, batch, now):
+                continue  # no page: it preempted itself
+            seqs.append(ScheduledSeq(req, done, 1, tables[rid]))
+            in_flight.add(req)
+        self.partials = partials

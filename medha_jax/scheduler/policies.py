@@ -1,7 +1,10 @@
 """Priority policies: in which order prefill candidates are considered (lower key first).
 
-  Scheduler.schedule(now) -> policy.begin(now) -> packer asks policy.order(candidates, now)
-  Scheduler preemption    -> policy.key(request, now): the largest key is the lowest priority
+  Scheduler: add_request -> on_add; joins/leaves the waiting queue -> on_waiting / on_leave_waiting;
+             finish -> on_remove
+  packer:    candidates(partials, now) -> lazy best-first iterator over running partial prefills
+             and waiting requests (WaitingIndex: no full re-sort per iteration)
+  preemption: key(request, now): the largest key is the lowest priority
 
   fcfs: arrival time.
   edf:  absolute TTFT deadline, arrival + D.
@@ -14,44 +17,75 @@ work w_total of a request is T_prefill(prompt_len)). The paper writes LARS as s 
 follows the authors' released code and DESIGN.md and divides by D, which equals 1.5 * w_total
 for every request whose deadline is derived from its length and above the floor. Every deadline
 policy also reports `relative_slack` (the LARS value), which the packer uses for space sharing.
-Pure Python, no JAX.
+Ties keep the order in which requests joined the queue. Pure Python, no JAX.
 """
 
 from __future__ import annotations
 
 import heapq
-from operator import attrgetter
+from collections.abc import Hashable, Iterator
+from operator import itemgetter
 
 from medha_jax.request import Request
+from medha_jax.scheduler.waiting_index import WaitingIndex
 
-_arrival = attrgetter("arrival_time")
+_first, _second = itemgetter(0), itemgetter(1)
 
 
 class Policy:
-    """Base: stateless hooks the scheduler calls; subclasses define `key`."""
+    """Base: the scheduler's hooks plus the candidate order; subclasses define the keys."""
 
     name = "base"
 
-    def begin(self, now: float) -> None:
-        """Called once at the start of every `schedule(now)`."""
+    def __init__(self) -> None:
+        self.index = WaitingIndex(self.group_and_key)
 
     def on_add(self, request: Request) -> None:
-        """A request joined the scheduler."""
+        """A request joined the scheduler (before it joins the waiting queue)."""
 
     def on_remove(self, request: Request) -> None:
         """A request left the scheduler (finished or aborted)."""
+        self.index.discard(request)
+
+    def on_waiting(self, request: Request) -> None:
+        self.index.add(request)
+
+    def on_leave_waiting(self, request: Request) -> None:
+        self.index.discard(request)
 
     def key(self, request: Request, now: float) -> float:
         raise NotImplementedError
 
+    def group_and_key(self, request: Request) -> tuple[Hashable, float]:
+        """(group, static key) of a waiting request; see waiting_index.py."""
+        raise NotImplementedError
+
+    def static_key_now(self, group: Hashable, static_key: float, now: float) -> float:
+        """A waiting request's priority at `now` from its (group, static key): must equal
+        key(request, now)."""
+        return static_key
+
+    def bulk_static_key_now(self, groups: list, static_keys: list[float], now: float) -> list[float]:
+        """`static_key_now` over lists (one call for many single-request groups)."""
+        return static_keys
+
+    def candidates(self, partials: list[Request], now: float) -> Iterator[Request]:
+        """Running partial prefills and waiting requests, best first, computed lazily."""
+        key, static = self.key, self.static_key_now
+        self.index.flush()
+        bulk = self.bulk_static_key_now
+        iters = self.index.iter_groups(lambda g, k: static(g, k, now), lambda gs, ks: bulk(gs, ks, now))
+        if partials:  # first, so that on equal keys started work goes before new work
+            iters.insert(0, iter(sorted(((key(r, now), r) for r in partials), key=_first)))
+        if not iters:
+            return iter(())
+        merged = iters[0] if len(iters) == 1 else heapq.merge(*iters, key=_first)
+        return map(_second, merged)
+
     def order(self, requests: list[Request], now: float) -> list[Request]:
-        """The requests sorted best first (stable: ties keep arrival order)."""
+        """Any requests sorted best first (tests, tools)."""
         key = self.key
         return sorted(requests, key=lambda r: key(r, now))
-
-    def top(self, requests: list[Request], now: float, k: int) -> list[Request]:
-        """The k best requests, best first (the packer never looks further)."""
-        return self.order(requests, now)[:k]
 
 
 class FCFSPolicy(Policy):
@@ -60,8 +94,8 @@ class FCFSPolicy(Policy):
     def key(self, request: Request, now: float) -> float:
         return request.arrival_time
 
-    def order(self, requests: list[Request], now: float) -> list[Request]:
-        return sorted(requests, key=_arrival)
+    def group_and_key(self, request: Request) -> tuple[Hashable, float]:
+        return 0, request.arrival_time
 
 
 class DeadlinePolicy(Policy):
@@ -71,21 +105,31 @@ class DeadlinePolicy(Policy):
         self.cache = prefill_cache
         self.deadline_k = deadline_k
         self.deadline_min = deadline_min
-        # request -> [D, num_tokens the estimate is for, T_prefill(num_tokens)]
+        # request -> [D, num_tokens the estimate is for, T_prefill(num_tokens), anchor = arrival + D - T]
         self._info: dict[Request, list] = {}
+        super().__init__()
 
     def on_add(self, request: Request) -> None:
-        t_prompt = self.cache.total_time(request.prompt_len)
         if request.ttft_deadline is not None:
             d = request.ttft_deadline
         else:
-            d = max(self.deadline_k * t_prompt, self.deadline_min)
+            d = max(self.deadline_k * self.cache.total_time(request.prompt_len), self.deadline_min)
         if not d > 0:
             d = 1e-9  # a zero-work request with a zero floor: due at once
-        self._info[request] = [d, request.num_tokens, self.cache.total_time(request.num_tokens)]
+        t = self.cache.total_time(request.num_tokens)
+        self._info[request] = [d, request.num_tokens, t, request.arrival_time + d - t]
 
     def on_remove(self, request: Request) -> None:
+        super().on_remove(request)
         self._info.pop(request, None)
+
+    def _fresh(self, request: Request) -> list:
+        info = self._info[request]
+        n = len(request.prompt_token_ids) + len(request.output_token_ids)
+        if info[1] != n:  # output tokens were added (recompute after preemption)
+            t = self.cache.total_time(n)
+            info[1], info[2], info[3] = n, t, request.arrival_time + info[0] - t
+        return info
 
     def deadline(self, request: Request) -> float:
         """D: seconds after arrival by which the first token is due."""
@@ -96,26 +140,22 @@ class DeadlinePolicy(Policy):
         return self.cache.total_time(request.prompt_len)
 
     def remaining(self, request: Request) -> float:
-        info = self._info[request]
-        n = request.num_tokens
-        if info[1] != n:  # output tokens were added (recompute after preemption)
-            info[1], info[2] = n, self.cache.total_time(n)
+        info = self._fresh(request)
         done = request.num_computed_tokens
         if done == 0:
             return info[2]
         return max(info[2] - self.cache.total_time(done), 0.0)
 
     def slack(self, request: Request, now: float) -> float:
-        return request.arrival_time + self._info[request][0] - now - self.remaining(request)
+        """arrival + D - now - T_remaining, in seconds."""
+        info = self._fresh(request)
+        done = request.num_computed_tokens
+        if done == 0:
+            return info[3] - now
+        return info[3] - now + min(self.cache.total_time(done), info[2])
 
     def relative_slack(self, request: Request, now: float) -> float:
         return self.slack(request, now) / self._info[request][0]
-
-    def top(self, requests: list[Request], now: float, k: int) -> list[Request]:
-        key = self.key
-        if len(requests) <= k:
-            return sorted(requests, key=lambda r: key(r, now))
-        return heapq.nsmallest(k, requests, key=lambda r: key(r, now))
 
 
 class EDFPolicy(DeadlinePolicy):
@@ -124,6 +164,9 @@ class EDFPolicy(DeadlinePolicy):
     def key(self, request: Request, now: float) -> float:
         return request.arrival_time + self._info[request][0]
 
+    def group_and_key(self, request: Request) -> tuple[Hashable, float]:
+        return 0, request.arrival_time + self._info[request][0]
+
 
 class LRSPolicy(DeadlinePolicy):
     name = "lrs"
@@ -131,9 +174,28 @@ class LRSPolicy(DeadlinePolicy):
     def key(self, request: Request, now: float) -> float:
         return self.slack(request, now)
 
+    def group_and_key(self, request: Request) -> tuple[Hashable, float]:
+        return 0, self._fresh(request)[3]
+
+    def static_key_now(self, group: Hashable, static_key: float, now: float) -> float:
+        return static_key - now
+
+    def bulk_static_key_now(self, groups: list, static_keys: list[float], now: float) -> list[float]:
+        return [k - now for k in static_keys]
+
 
 class LARSPolicy(DeadlinePolicy):
     name = "lars"
 
     def key(self, request: Request, now: float) -> float:
-        return self.relative_slack(request, now)
+        return self.slack(request, now) / self._info[request][0]
+
+    def group_and_key(self, request: Request) -> tuple[Hashable, float]:
+        info = self._fresh(request)
+        return info[0], info[3]
+
+    def static_key_now(self, group: Hashable, static_key: float, now: float) -> float:
+        return (static_key - now) / group
+
+    def bulk_static_key_now(self, groups: list, static_keys: list[float], now: float) -> list[float]:
+        return [(k - now) / g for g, k in zip(groups, static_keys)]

@@ -53,8 +53,10 @@ class TimeBudgetPacker:
         admit_waiting = True
         policy = sched.policy
         waiting = sched.waiting
-        for req in policy.top(sched.prefill_candidates(), now, cfg.max_prefill_candidates):
-            if (t_pred >= (t_target if n_prefills == 0 else multi_limit) or tokens_left <= 0
+        examined = 0
+        for req in sched.prefill_candidates(now):
+            examined += 1
+            if (examined > cfg.max_prefill_candidates or t_pred >= (t_target if n_prefills == 0 else multi_limit) or tokens_left <= 0
                     or len(batch.seqs) >= cfg.max_num_seqs):
                 break
             is_waiting = req in waiting

@@ -28,7 +28,7 @@ class TokenBudgetPacker:
         budget = cfg.max_num_batched_tokens
         used = batch.num_tokens
         first = True
-        for req in sched.policy.order(sched.prefill_candidates(), now):
+        for req in sched.prefill_candidates(now):
             if len(batch.seqs) >= cfg.max_num_seqs:
                 break
             remaining = req.num_remaining_tokens

@@ -58,13 +58,13 @@ def test_slack_counts_only_the_remaining_work():
     assert s.policy.key(r, 5.0) == pytest.approx(15.0 - 5.0 - 10.0003)
 
 
-def test_top_returns_the_k_best_in_order():
+def test_candidates_come_best_first():
     s = sched("edf")
     reqs = make_requests(6, prompt_len=100, ttft_deadline=[6.0, 1.0, 5.0, 2.0, 4.0, 3.0])
     for r in reqs:
         s.add_request(r)
-    assert [r.request_id for r in s.policy.top(reqs, 0.0, 3)] == ["r1", "r3", "r5"]
-    assert [r.request_id for r in s.policy.top(reqs, 0.0, 10)] == ["r1", "r3", "r5", "r4", "r2", "r0"]
+    assert [r.request_id for r in s.policy.order(reqs, 0.0)] == ["r1", "r3", "r5", "r4", "r2", "r0"]
+    assert [r.request_id for r in s.prefill_candidates(0.0)] == ["r1", "r3", "r5", "r4", "r2", "r0"]
 
 
 def test_time_budget_policies_need_a_predictor():

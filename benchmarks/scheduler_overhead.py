@@ -1,0 +1,175 @@
+"""Scheduler overhead: wall time of one `schedule()` with ~1,000 waiting and ~256 running requests.
+
+  steady state per iteration: schedule(now) [timed] -> on_batch_done [timed separately]
+      -> sampled requests get a token; decodes beyond `--running` finish (oldest first);
+         the waiting queue is topped up to `--waiting` with fresh arrivals
+  -> p50 / p99 / max per policy, printed and written to benchmarks/results/scheduler_overhead_<host>.json
+
+Requests: 95% short prompts (64-4096 tokens), 5% long (128K-1M); decodes start at 256-8192
+tokens of context. Device model: a linear RuntimePredictor with plausible single-GPU coefficients
+(the numbers only shape the batches; nothing runs on a device). Pure Python.
+
+  PYTHONPATH=. python benchmarks/scheduler_overhead.py [--iterations 2000] [--policies lars,fcfs]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import random
+import socket
+import statistics
+import sys
+import time
+
+from medha_jax.kv_cache_manager import KVCacheManager
+from medha_jax.request import Request, RequestStatus
+from medha_jax.sampling_params import SamplingParams
+from medha_jax.scheduler import RuntimePredictor, SchedulerConfig, make_scheduler
+
+COEFS = {"const": 4e-3, "tokens": 6e-5, "chunk_kv": 2e-10, "chunk_sq": 1e-10, "decodes": 2e-5, "decode_kv": 1e-8}
+
+
+class Workload:
+    def __init__(self, seed: int):
+        self.rng = random.Random(seed)
+        self.n = 0
+
+    def request(self, now: float, prompt_len: int | None = None, max_tokens: int = 1 << 20) -> Request:
+        rng = self.rng
+        if prompt_len is None:
+            prompt_len = rng.randint(131_072, 1_048_576) if rng.random() < 0.05 else rng.randint(64, 4096)
+        self.n += 1
+        return Request(f"q{self.n}", [1] * prompt_len, SamplingParams(max_tokens=max_tokens),
+                       arrival_time=now + rng.uniform(-1.0, 0.0))
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def percentile(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100.0 * (len(xs) - 1))))]
+
+
+def run(policy: str, iterations: int, n_waiting: int, n_running: int, seed: int, gc_mode: str = "on") -> dict:
+    predictor = RuntimePredictor(COEFS)
+    cfg = SchedulerConfig(policy=policy, max_num_seqs=2 * n_running)
+    kv = KVCacheManager(num_pages_per_group=1 << 20, page_size=16)
+    sched = make_scheduler(cfg, kv, predictor)
+    wl = Workload(seed)
+    now = 0.0
+    # Running decodes: prefill them in one go by hand (not timed), then the waiting queue.
+    for _ in range(n_running):
+        r = wl.request(now, prompt_len=wl.rng.randint(256, 8192))
+        sched.add_request(r)
+        del sched.waiting[r]
+        sched.running[r] = None
+        kv.allocate(r, r.prompt_len)
+        r.num_computed_tokens = r.prompt_len
+        r.output_token_ids.append(0)
+        r.status = RequestStatus.RUNNING
+    for _ in range(n_waiting):
+        sched.add_request(wl.request(now))
+    gc.enable()
+    gc.collect()
+    if gc_mode == "freeze":
+        gc.freeze()
+    elif gc_mode == "off":
+        gc.disable()
+    sched_times, cpu_times, done_times, sizes = [], [], [], []
+    for it in range(iterations):
+        c0 = time.thread_time()
+        t0 = time.perf_counter()
+        batch = sched.schedule(now)
+        t1 = time.perf_counter()
+        cpu_times.append(time.thread_time() - c0)
+        now += batch.predicted_time or 0.01
+        sched.on_batch_done(batch, now, measured_time=batch.predicted_time)
+        t2 = time.perf_counter()
+        sched_times.append(t1 - t0)
+        done_times.append(t2 - t1)
+        sizes.append((len(batch.seqs), batch.num_tokens))
+        for seq in batch.seqs:
+            r = seq.request
+            if r.num_computed_tokens == r.num_tokens and not r.is_finished:
+                r.output_token_ids.append(0)
+        # keep the steady state: n_running decodes (oldest finish first), n_waiting waiting
+        decodes = [r for r in sched.running if not r.is_prefill]
+        for r in decodes[: max(0, len(decodes) - n_running)]:
+            sched.finish(r, RequestStatus.FINISHED_LENGTH, now)
+        while sched.num_waiting < n_waiting:
+            sched.add_request(wl.request(now))
+    gc.enable()
+    gc.unfreeze()
+    ms = [t * 1e3 for t in sched_times]
+    cpu_ms = [t * 1e3 for t in cpu_times]
+    done_ms = [t * 1e3 for t in done_times]
+    return {
+        "policy": policy,
+        "gc": gc_mode,
+        "iterations": iterations,
+        "waiting": n_waiting,
+        "running": n_running,
+        "schedule_ms": {"p50": percentile(ms, 50), "p99": percentile(ms, 99), "max": max(ms),
+                        "mean": statistics.fmean(ms)},
+        "schedule_cpu_ms": {"p50": percentile(cpu_ms, 50), "p99": percentile(cpu_ms, 99), "max": max(cpu_ms)},
+        "iterations_over_0.5ms_wall": sum(1 for t in ms if t > 0.5),
+        "on_batch_done_ms": {"p50": percentile(done_ms, 50), "p99": percentile(done_ms, 99)},
+        "mean_batch_seqs": statistics.fmean(s for s, _ in sizes),
+        "mean_batch_tokens": statistics.fmean(t for _, t in sizes),
+    }
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--iterations", type=int, default=2000)
+    ap.add_argument("--waiting", type=int, default=1000)
+    ap.add_argument("--running", type=int, default=256)
+    ap.add_argument("--policies", default="lars,edf,lrs,fcfs")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--gc", choices=("on", "freeze", "off"), default="on",
+                    help="Python's cyclic GC during the timed loop: on (default), freeze (gc.freeze() after "
+                         "setup, as a server would after warm-up), off")
+    ap.add_argument("--out", default=None, help="output JSON (default benchmarks/results/scheduler_overhead_<host>.json)")
+    args = ap.parse_args(argv)
+    results = []
+    for policy in args.policies.split(","):
+        res = run(policy, args.iterations, args.waiting, args.running, args.seed, args.gc)
+        s = res["schedule_ms"]
+        c = res["schedule_cpu_ms"]
+        print(f"{policy:>16}: schedule wall p50 {s['p50']:.3f} ms  p99 {s['p99']:.3f} ms  max {s['max']:.3f} ms | "
+              f"thread CPU p50 {c['p50']:.3f} p99 {c['p99']:.3f} ms  "
+              f"(on_batch_done p50 {res['on_batch_done_ms']['p50']:.3f} ms; "
+              f"{res['mean_batch_seqs']:.0f} seqs / {res['mean_batch_tokens']:.0f} tokens per batch)")
+        results.append(res)
+    host = socket.gethostname()
+    out = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
+                                   f"scheduler_overhead_{host}.json")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    try:
+        load = os.getloadavg()
+    except OSError:
+        load = None
+    machine = {"load_average_at_end": load, "host": host, "cpu": cpu_model(), "cpu_count": os.cpu_count(), "python": sys.version.split()[0],
+               "implementation": platform.python_implementation(), "platform": platform.platform()}
+    with open(out, "w") as f:
+        json.dump({"benchmark": "scheduler_overhead", "goal_p99_ms": 0.5, "machine": machine, "results": results},
+                  f, indent=1)
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
