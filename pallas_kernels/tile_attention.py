@@ -24,6 +24,9 @@ from pallas_kernels.config import Tiles
 from pallas_kernels.worklist import BASE, KV_HI, KV_LO, KVH, NTOK, SEQ, SLOT, TOK0
 
 NEG_INF = float("-inf")
+# Triton lowers DEFAULT precision to tf32 for f32 operands; HIGHEST keeps f32 exact (ieee) and
+# changes nothing for bf16 operands.
+EXACT = lax.Precision.HIGHEST
 
 
 def _iota(n: int):
@@ -69,7 +72,7 @@ def attend(q, k_ref, v_ref, pt_ref, seq, kvh, kv_lo, lim, *, scale: float, block
         pages = pt_ref[seq, pl.ds(b * block_pages, block_pages)]  # pages: i32[bp]
         k = k_ref[pages, :, kvh, :].reshape(BK, Dh)  # k: [BK, Dh]
         v = v_ref[pages, :, kvh, :].reshape(BK, Dh)  # v: [BK, Dh]
-        s = jnp.dot(q, k.T, preferred_element_type=jnp.float32) * scale  # s: f32[M, BK]
+        s = jnp.dot(q, k.T, precision=EXACT, preferred_element_type=jnp.float32) * scale  # s: f32[M, BK]
         if masked:
             kpos = b * BK + _iota(BK)  # kpos: i32[BK]
             s = jnp.where(kpos[None, :] < lim[:, None], s, NEG_INF)
@@ -78,7 +81,7 @@ def attend(q, k_ref, v_ref, pt_ref, seq, kvh, kv_lo, lim, *, scale: float, block
         p = jnp.exp(s - m_safe[:, None])  # p: f32[M, BK]; exp(-inf) = 0 for masked keys
         alpha = jnp.exp(m - m_safe)  # 0 while m is still -inf
         l = alpha * l + jnp.sum(p, axis=1)
-        pv = jnp.dot(p.astype(v.dtype), v, preferred_element_type=jnp.float32)  # pv: f32[M, Dh]
+        pv = jnp.dot(p.astype(v.dtype), v, precision=EXACT, preferred_element_type=jnp.float32)  # f32[M, Dh]
         return alpha[:, None] * o + pv, m_new, l
 
     carry = (
