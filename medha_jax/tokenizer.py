@@ -113,21 +113,6 @@ def _token_text(t: Any) -> str | None:
 _CONTEXT_TOKENS = 5
 
 
-def detokenize_incrementally(tok: Tokenizer, ids: Sequence[int], prefix_offset: int, read_offset: int,
-                             skip_special_tokens: bool = True) -> tuple[str, int, int]:
-    """New text from ids[read_offset:], decoded in the context of ids[prefix_offset:read_offset].
-
-    Returns (delta, prefix_offset, read_offset). While the newest ids end in an incomplete UTF-8
-    character (the decoder yields U+FFFD) the delta is "" and the offsets do not move, so the
-    character comes out whole once its last byte arrives.
-    """
-    prefix_text = tok.decode(ids[prefix_offset:read_offset], skip_special_tokens)
-    new_text = tok.decode(ids[prefix_offset:], skip_special_tokens)
-    if len(new_text) > len(prefix_text) and not new_text.endswith(REPLACEMENT):
-        return new_text[len(prefix_text):], read_offset, len(ids)
-    return "", prefix_offset, read_offset
-
-
 class IncrementalDetokenizer:
     """Feed generated ids, get text deltas; `flush()` at the end emits anything held back."""
 
@@ -137,13 +122,29 @@ class IncrementalDetokenizer:
         self.ids: list[int] = list(prompt_ids)[-_CONTEXT_TOKENS:]
         self.prefix_offset = 0
         self.read_offset = len(self.ids)
+        self._held = 0  # characters of ids[read_offset:] already emitted while a character is incomplete
         self.text = ""
 
     def add(self, new_ids: int | Sequence[int]) -> str:
-        """Append generated id(s); return the text they complete (possibly "")."""
+        """Append generated id(s); return the text they complete (possibly "").
+
+        The ids since `read_offset` are decoded in the context of ids[prefix_offset:read_offset]
+        (decoders that treat a string's first token specially need that context). While they end
+        in an incomplete UTF-8 character (the decoder yields U+FFFD) the complete characters before
+        it are emitted and the offsets stay, so the held character comes out whole later.
+        """
         self.ids.extend([new_ids] if isinstance(new_ids, int) else new_ids)
-        delta, self.prefix_offset, self.read_offset = detokenize_incrementally(
-            self.tok, self.ids, self.prefix_offset, self.read_offset, self.skip)
+        prefix_text = self.tok.decode(self.ids[self.prefix_offset:self.read_offset], self.skip)
+        new_text = self.tok.decode(self.ids[self.prefix_offset:], self.skip)
+        if len(new_text) <= len(prefix_text):
+            return ""
+        tail = new_text[len(prefix_text):]
+        if tail.endswith(REPLACEMENT):
+            safe = tail.rstrip(REPLACEMENT)
+            delta, self._held = safe[self._held:], max(self._held, len(safe))
+        else:
+            delta, self._held = tail[self._held:], 0
+            self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
         self.text += delta
         return delta
 
@@ -151,7 +152,8 @@ class IncrementalDetokenizer:
         """Text of ids still held back (an incomplete character decodes to U+FFFD)."""
         prefix_text = self.tok.decode(self.ids[self.prefix_offset:self.read_offset], self.skip)
         new_text = self.tok.decode(self.ids[self.prefix_offset:], self.skip)
-        delta = new_text[len(prefix_text):] if len(new_text) > len(prefix_text) else ""
+        delta = new_text[len(prefix_text) + self._held:] if len(new_text) > len(prefix_text) else ""
         self.prefix_offset = self.read_offset = len(self.ids)
+        self._held = 0
         self.text += delta
         return delta

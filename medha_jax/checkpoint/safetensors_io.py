@@ -27,6 +27,13 @@ from medha_jax.model.config import LlamaConfig
 INDEX_FILE = "model.safetensors.index.json"
 
 
+class MissingTensorError(KeyError):
+    """A tensor the config needs is not in the checkpoint (str() is the plain message)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
 class TensorIndex:
     """Tensor name -> safetensors file of one HF model directory; files opened lazily."""
 
@@ -58,7 +65,7 @@ class TensorIndex:
 
     def _handle(self, name: str):
         if name not in self.file_of:
-            raise KeyError(f"tensor {name!r} not found in the checkpoint at {self.dir}")
+            raise MissingTensorError(f"tensor {name!r} not found in the checkpoint at {self.dir}")
         f = self.file_of[name]
         if f not in self._handles:
             self._handles[f] = safe_open(self.dir / f, framework="numpy")
@@ -111,7 +118,7 @@ def check_tensors(index: TensorIndex, cfg: LlamaConfig) -> None:
     for name, shape in expected.items():
         if name not in index:
             hint = " (config says tie_word_embeddings=false)" if name == "lm_head.weight" else ""
-            raise KeyError(f"checkpoint at {index.dir} lacks tensor {name!r}{hint}")
+            raise MissingTensorError(f"checkpoint at {index.dir} lacks tensor {name!r}{hint}")
         got = index.shape(name)
         if got != shape:
             raise ValueError(f"tensor {name!r} has shape {list(got)}, config.json implies {list(shape)}")

@@ -1,0 +1,79 @@
+"""Tokenizer: same ids as transformers' fast tokenizer, config specials, chat template, and
+streaming detokenization that never splits a UTF-8 character."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from medha_jax.demo_model import byte_tokenizer
+from medha_jax.tokenizer import REPLACEMENT, Tokenizer
+
+
+@pytest.fixture(scope="module")
+def tok(data_dir) -> Tokenizer:
+    return Tokenizer.from_dir(data_dir / "tiny-llama3", eos_token_ids=[1])
+
+
+def test_matches_transformers(tok, golden):
+    for probe in golden("tiny-llama3")["tokenizer"]:
+        assert tok.encode(probe["text"]) == probe["ids"], probe["text"]
+        assert tok.decode(probe["ids"]) == probe["decoded"]
+
+
+def test_specials_from_tokenizer_config(tok):
+    assert tok.bos_token_id == 0 and tok.bos_token == "<|begin_of_text|>"
+    assert tok.eos_token_ids == (1, 2)  # config.json's 1 + tokenizer_config's <|eot_id|>
+    assert tok.vocab_size <= 512
+    text = tok.apply_chat_template([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}])
+    assert text == "<|begin_of_text|><|user|>hi<|eot_id|><|assistant|>yo<|eot_id|><|assistant|>"
+
+
+def test_missing_tokenizer_json(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no tokenizer.json in"):
+        Tokenizer.from_dir(tmp_path)
+
+
+def test_no_chat_template(tmp_path, data_dir):
+    (tmp_path / "tokenizer.json").write_text((data_dir / "tiny-llama3" / "tokenizer.json").read_text())
+    t = Tokenizer.from_dir(tmp_path)
+    assert t.chat_template is None and t.eos_token_ids == ()
+    with pytest.raises(ValueError, match="no chat_template"):
+        t.apply_chat_template([{"role": "user", "content": "x"}])
+
+
+TEXTS = ["plain ascii words", "héllo wörld — naïve café", "東京タワー 🙂🚀 mixed ascii", "\n\t  spaces  \n"]
+
+
+@pytest.mark.parametrize("which", ["bpe", "bytes"])
+@pytest.mark.parametrize("text", TEXTS)
+def test_streaming_deltas_reassemble_the_text(which, text, tok):
+    t = tok if which == "bpe" else byte_tokenizer()
+    prompt = t.encode("prompt: ")
+    ids = t.encode(text, add_special_tokens=False)
+    d = t.incremental(prompt_ids=prompt)
+    deltas = [d.add(i) for i in ids]
+    assert "".join(deltas) + d.flush() == text == d.text
+    assert not any(REPLACEMENT in x for x in deltas)
+    if which == "bytes" and len(text.encode()) > len(text):  # multi-byte chars held back, then whole
+        assert "" in deltas
+
+
+def test_flush_emits_an_incomplete_character(tok):
+    t = byte_tokenizer()
+    d = t.incremental()
+    assert d.add(list("a€".encode())[:-1]) == "a"  # € is 3 bytes; the first 2 are held
+    assert d.flush() == REPLACEMENT
+    specials = t.incremental()
+    assert specials.add([t.bos_token_id, 104, 105]) == "hi"  # skip_special_tokens by default
+
+
+def test_tokenizer_config_tokens_as_dicts(tmp_path, data_dir):
+    (tmp_path / "tokenizer.json").write_text((data_dir / "tiny-llama3" / "tokenizer.json").read_text())
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(
+        {"eos_token": {"content": "<|end_of_text|>"}, "bos_token": {"content": "<|begin_of_text|>"},
+         "chat_template": [{"name": "default", "template": "{{ messages[0]['content'] }}"}]}))
+    t = Tokenizer.from_dir(tmp_path)
+    assert t.eos_token_ids == (1,) and t.bos_token_id == 0
+    assert t.apply_chat_template([{"role": "user", "content": "x"}]) == "x"
