@@ -63,6 +63,10 @@ class Served:
     def stop_app(self, app):
         self.run(app.stop(grace=1.0))
 
+    def count_finished(self, reason: str) -> float:
+        """Requests the session app has seen finish with `reason` (from its Prometheus counter)."""
+        return self.app.metrics.finished.labels(reason)._value.get()
+
     def wait_idle(self, timeout: float = 30.0) -> None:
         """Until nothing is in flight and every KV page is free again (asserts it)."""
         deadline = time.monotonic() + timeout

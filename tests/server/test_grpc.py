@@ -118,8 +118,10 @@ def test_cancel_mid_stream_aborts_and_frees_pages(stub, served):
             break
     kv = served.engine.kv_manager
     assert kv.num_free_pages < kv.num_total_pages  # still held by the running request
+    aborts = served.count_finished("abort")
     call.cancel()
     t0 = time.monotonic()
     served.wait_idle(timeout=10)
     assert time.monotonic() - t0 < 5
+    assert served.count_finished("abort") == aborts + 1
     assert served.engine.executor.compiles_after_warmup == 0
