@@ -1,8 +1,9 @@
 """`Scheduler`: request queues, KV pages, preemption, and the per-iteration decision.
 
   engine --add_request / abort--> Scheduler (waiting queue, running set, KVCacheManager)
-  engine --schedule(now)-------> ScheduledBatch: all ready decodes first (phase 1), then prefill
-                                 chunks chosen by the packer (phase 2); page tables attached
+  engine --schedule(now)-------> ScheduledBatch: all ready decodes are chosen first (phase 1),
+                                 then prefill chunks by the packer (phase 2); the batch lists the
+                                 prefill chunks first, then the decodes; page tables attached
   engine --on_batch_done(batch, now, measured_time)--> num_computed_tokens += scheduled tokens,
                                  IterationRecord(composition, predicted, measured)
   engine appends sampled tokens, decides stops --finish(request, status)--> pages freed, gone
@@ -164,7 +165,10 @@ class Scheduler:
     def schedule(self, now: float) -> ScheduledBatch:
         batch = ScheduledBatch()
         self._schedule_decodes(batch, now)
+        n_decodes = len(batch.seqs)
         self.packer.pack_prefills(self, batch, now)
+        if n_decodes and len(batch.seqs) > n_decodes:  # the contract: prefill chunks first
+            batch.seqs = batch.seqs[n_decodes:] + batch.seqs[:n_decodes]
         if batch.seqs and self.predictor is not None and batch.predicted_time is None:
             batch.predicted_time = self.predictor.predict(Composition.from_batch(batch))
         return batch

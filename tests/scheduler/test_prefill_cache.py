@@ -29,6 +29,8 @@ def test_per_chunk_overhead_counts_once_per_adaptive_chunk():
 def test_grows_lazily_and_chunks_shrink_with_kv():
     c = make_cache({"tokens": 1e-5, "chunk_kv": 1e-9})
     assert c.max_len >= 8192
+    c.build(100_000)
+    assert c.max_len >= 100_000
     t = c.total_time(300_000)
     assert c.max_len >= 300_000
     starts = c._starts

@@ -32,10 +32,10 @@ def test_sarathi_chunks_fill_the_token_budget_in_arrival_order():
     assert s.num_running == 2 and s.num_waiting == 1
     sample_all(s, b1, 1.0)
     b2 = s.schedule(1.0)
-    # decodes first, then the rest of r1, then r2
-    assert shape(b2) == [("r0", 300, 1), ("r1", 212, 88), ("r2", 0, 300)]
-    assert [q.is_prefill for q in b2.seqs] == [False, True, True]
-    assert b2.seqs[0].page_tables == [list(range(19))]  # 301 tokens of 16-token pages
+    # the decode is chosen first, the rest of r1 and then r2 fill the budget; prefills listed first
+    assert shape(b2) == [("r1", 212, 88), ("r2", 0, 300), ("r0", 300, 1)]
+    assert [q.is_prefill for q in b2.seqs] == [True, True, False]
+    assert b2.seqs[2].page_tables == [list(range(19))]  # 301 tokens of 16-token pages
 
 
 def test_arrival_order_not_insertion_order():
@@ -61,7 +61,7 @@ def test_nonchunked_runs_whole_prompts_first_one_even_past_the_budget():
     assert shape(b1) == [("r0", 0, 1000)]
     sample_all(s, b1, 1.0)
     b2 = s.schedule(1.0)
-    assert shape(b2) == [("r0", 1000, 1), ("r1", 0, 300), ("r2", 0, 200)]
+    assert shape(b2) == [("r1", 0, 300), ("r2", 0, 200), ("r0", 1000, 1)]
 
 
 def test_in_flight_requests_are_not_scheduled_twice():
@@ -121,7 +121,7 @@ def test_decode_preempts_a_partial_prefill_before_any_decode():
         sample_all(s, b, t)
     assert shapes == [
         [("r0", 0, 8)],
-        [("r0", 8, 1), ("r1", 0, 7)],
+        [("r1", 0, 7), ("r0", 8, 1)],
         [("r0", 9, 1)],  # r1 needs a 3rd page, none free, no lower-priority victim: skipped
         [("r0", 10, 1)],
         [("r0", 11, 1)],

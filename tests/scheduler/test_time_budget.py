@@ -29,7 +29,7 @@ def test_decodes_first_then_the_largest_chunk_that_fits_what_is_left():
     s.add_request(long_)
     b = s.schedule(0.1)
     # decodes: 4 tokens + 4 decodes = 0.00404 s; 1e-5 * q <= 0.04596 -> q = 4576
-    assert shape(b) == [("r0", 32, 1), ("r1", 32, 1), ("r2", 32, 1), ("r3", 32, 1), ("L0", 0, 4576)]
+    assert shape(b) == [("L0", 0, 4576), ("r0", 32, 1), ("r1", 32, 1), ("r2", 32, 1), ("r3", 32, 1)]
     assert b.predicted_time == pytest.approx(0.00404 + 0.04576)
 
 

@@ -21,7 +21,7 @@ def sched(policy):
 def test_static_keys_give_the_same_priority_as_key(policy):
     s = sched(policy)
     rng = random.Random(0)
-    reqs = make_requests(50, prompt_len=[rng.choice([64, 100, 5000, 80_000, 300_000]) for _ in range(50)],
+    reqs = make_requests(50, prompt_len=[rng.choice([64, 100, 5000, 80_000, 120_000]) for _ in range(50)],
                          arrival=[rng.uniform(0, 10) for _ in range(50)],
                          ttft_deadline=[rng.choice([None, None, 1.0, 3.0]) for _ in range(50)])
     for r in reqs:
