@@ -12,9 +12,10 @@ threading.Event while the engine has nothing to do. A request counts against `ma
 admission until the engine's final output for it (also after its client left: its pages are
 held until the abort step), so a full queue answers QueueFullError at once instead of piling up.
 An iteration that fails inside the executor is handled by the Engine (its requests finish with
-"error"); the stream raises RequestFailedError for them. Should `step()` itself raise, the
-requests in flight get RequestFailedError and are aborted; after `max_consecutive_failures`
-such failures the engine is declared failed and new requests are refused. `drain()` stops
+"error"); the stream raises RequestFailedError for them. Should `step()` itself raise (a bug
+outside the executor), which requests it touched is unknown: every request in flight gets
+RequestFailedError and is aborted, and the loop carries on; after `max_consecutive_failures`
+such failures in a row the engine is declared failed and new requests are refused. `drain()` stops
 admission and waits for everything in flight; `shutdown()` stops the thread.
 """
 
@@ -266,14 +267,18 @@ class AsyncEngine:
         self._maybe_idle()
 
     def _fail_inflight(self, err: Exception, fatal: bool) -> None:
+        # The failed step may have swallowed final outputs, so the streams are settled here and
+        # now (not when the engine's abort output arrives, which may never come).
         msg = f"engine iteration failed: {type(err).__name__}: {err}"
-        for rid, stream in list(self._streams.items()):
+        if err.__context__ is not None:
+            msg += f" (while handling {type(err.__context__).__name__}: {err.__context__})"
+        streams, self._streams = self._streams, {}
+        for rid, stream in streams.items():
             stream._put(RequestFailedError(msg))
             self.engine.abort(rid)
-            if fatal:
-                del self._streams[rid]
         if fatal:
             self.state = EngineState.FAILED
+        self._wake.set()
         self._maybe_idle()
 
     def _maybe_idle(self) -> None:

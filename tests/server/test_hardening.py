@@ -1,0 +1,191 @@
+"""Hardening on a real server: bounded queue, failing iterations, TLS + bearer auth, size limits."""
+
+from __future__ import annotations
+
+import ssl
+import subprocess
+import threading
+
+import grpc
+import httpx
+import openai
+import pytest
+
+from proto import medha_pb2, medha_pb2_grpc
+
+POISON = 300  # a reserved special token id: a prompt holding it makes the injected fault fire
+
+
+def _sp(**kw):
+    return medha_pb2.SamplingParameters(temperature=0.0, **kw)
+
+
+@pytest.fixture(scope="module")
+def stub(served):
+    channel = grpc.insecure_channel(served.grpc_target)
+    yield medha_pb2_grpc.MedhaStub(channel)
+    channel.close()
+
+
+def _first_message(call):
+    return next(iter(call))
+
+
+def test_full_queue_answers_resource_exhausted_and_429(stub, served):
+    ae = served.async_engine
+    old = ae.max_queue
+    ae.max_queue = 2
+    calls = []
+    try:
+        for i in range(2):
+            call = stub.Generate(medha_pb2.GenerateRequest(text=f"long {i}", sampling=_sp(max_tokens=200, ignore_eos=True)))
+            _first_message(call)  # admitted and running
+            calls.append(call)
+        with pytest.raises(grpc.RpcError) as e:
+            list(stub.Generate(medha_pb2.GenerateRequest(text="one too many", sampling=_sp(max_tokens=2)), timeout=10))
+        assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "queue is full" in e.value.details()
+        r = httpx.post(served.http_url + "/v1/completions", json={"prompt": "x", "max_tokens": 2}, timeout=10)
+        assert r.status_code == 429 and r.json()["error"]["code"] == "queue_full"
+    finally:
+        for call in calls:
+            call.cancel()
+        served.wait_idle()
+        ae.max_queue = old
+    assert len(list(stub.Generate(medha_pb2.GenerateRequest(text="after", sampling=_sp(max_tokens=2)), timeout=10))) >= 1
+
+
+@pytest.fixture
+def faulty_executor(served):
+    """Make the real executor raise for any batch holding a POISON prompt (the engine's error path)."""
+    ex = served.engine.executor
+    real = ex.execute
+
+    def execute(batch, seeds):
+        if any(POISON in seq.request.prompt_token_ids for seq in batch.seqs):
+            raise RuntimeError("injected device fault")
+        return real(batch, seeds)
+
+    ex.execute = execute
+    yield
+    del ex.execute
+
+
+def test_failed_iteration_is_internal_and_server_keeps_serving(stub, served, reference, faulty_executor):
+    with pytest.raises(grpc.RpcError) as e:
+        list(stub.Generate(medha_pb2.GenerateRequest(token_ids=medha_pb2.TokenIds(ids=[256, POISON, 65]),
+                                                     sampling=_sp(max_tokens=4)), timeout=10))
+    assert e.value.code() == grpc.StatusCode.INTERNAL and "injected device fault" in e.value.details()
+    r = httpx.post(served.http_url + "/v1/completions", json={"prompt": [256, POISON], "max_tokens": 4}, timeout=10)
+    assert r.status_code == 500 and r.json()["error"]["type"] == "internal_error"
+    with httpx.stream("POST", served.http_url + "/v1/completions", timeout=10,
+                      json={"prompt": [256, POISON], "max_tokens": 4, "stream": True}) as r:
+        body = r.read().decode()
+    assert r.status_code == 200 and '"error"' in body and "injected device fault" in body and body.endswith("data: [DONE]\n\n")
+    served.wait_idle()
+    msgs = list(stub.Generate(medha_pb2.GenerateRequest(text="Hello world", sampling=_sp(max_tokens=8)), timeout=10))
+    assert [t for m in msgs for t in m.token_ids] == reference("Hello world", 8).token_ids
+
+
+def test_failing_engine_step_fails_inflight_requests_only_once(stub, served, reference):
+    """A bug outside the executor (here: the scheduler raising once) fails what is in flight, then serving goes on."""
+    sched = served.engine.scheduler
+    real = sched.schedule
+    armed = threading.Event()
+
+    def schedule(now):
+        if armed.is_set():
+            armed.clear()
+            raise RuntimeError("injected scheduler bug")
+        return real(now)
+
+    sched.schedule = schedule
+    try:
+        call = stub.Generate(medha_pb2.GenerateRequest(text="in flight", sampling=_sp(max_tokens=200, ignore_eos=True)))
+        it = iter(call)
+        next(it)
+        armed.set()
+        with pytest.raises(grpc.RpcError) as e:
+            list(it)
+        assert e.value.code() == grpc.StatusCode.INTERNAL and "injected scheduler bug" in e.value.details()
+    finally:
+        del sched.schedule
+    served.wait_idle()
+    assert served.async_engine.accepting
+    msgs = list(stub.Generate(medha_pb2.GenerateRequest(text="Hello world", sampling=_sp(max_tokens=8)), timeout=10))
+    assert [t for m in msgs for t in m.token_ids] == reference("Hello world", 8).token_ids
+
+
+@pytest.fixture(scope="module")
+def cert(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tls")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
+                    "-keyout", str(d / "key.pem"), "-out", str(d / "cert.pem")], check=True, capture_output=True)
+    return d / "cert.pem", d / "key.pem"
+
+
+@pytest.fixture(scope="module")
+def secure_app(served, cert):
+    app = served.start_app(api_key="s3cret", tls_cert=str(cert[0]), tls_key=str(cert[1]))
+    yield app
+    served.stop_app(app)
+
+
+def test_grpc_tls_and_bearer_token(secure_app, cert, reference):
+    creds = grpc.ssl_channel_credentials(root_certificates=cert[0].read_bytes())
+    with grpc.secure_channel(secure_app.endpoints.grpc, creds) as ch:
+        stub = medha_pb2_grpc.MedhaStub(ch)
+        assert stub.Health(medha_pb2.HealthRequest(), timeout=5).status == medha_pb2.HealthResponse.SERVING
+        req = medha_pb2.GenerateRequest(text="Hello world", sampling=_sp(max_tokens=8))
+        for metadata in ((), (("authorization", "Bearer wrong"),)):
+            with pytest.raises(grpc.RpcError) as e:
+                list(stub.Generate(req, timeout=10, metadata=metadata))
+            assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        with pytest.raises(grpc.RpcError) as e:
+            stub.ModelInfo(medha_pb2.ModelInfoRequest(), timeout=5)
+        assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        msgs = list(stub.Generate(req, timeout=10, metadata=(("authorization", "Bearer s3cret"),)))
+        assert [t for m in msgs for t in m.token_ids] == reference("Hello world", 8).token_ids
+    with grpc.insecure_channel(secure_app.endpoints.grpc) as ch:  # plaintext to a TLS port
+        with pytest.raises(grpc.RpcError) as e:
+            medha_pb2_grpc.MedhaStub(ch).Health(medha_pb2.HealthRequest(), timeout=5)
+        assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def test_https_and_bearer_token(secure_app, cert, reference):
+    ctx = ssl.create_default_context(cafile=str(cert[0]))
+    url = secure_app.endpoints.http
+    assert url.startswith("https://")
+    with httpx.Client(verify=ctx, timeout=10) as http:
+        assert http.get(url + "/health").status_code == 200  # open for load balancers
+        r = http.get(url + "/metrics")
+        assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"
+        bad = openai.OpenAI(base_url=url + "/v1", api_key="wrong", http_client=http, max_retries=0)
+        with pytest.raises(openai.AuthenticationError):
+            bad.completions.create(model="demo", prompt="x", max_tokens=1)
+        good = openai.OpenAI(base_url=url + "/v1", api_key="s3cret", http_client=http, max_retries=0)
+        r = good.completions.create(model="demo", prompt="Hello world", max_tokens=8, temperature=0)
+        assert r.choices[0].text == reference("Hello world", 8).text
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(url.replace("https://", "http://") + "/health", timeout=5)
+
+
+def test_message_and_prompt_limits(served):
+    app = served.start_app(max_message_bytes=4096, max_prompt_tokens=50)
+    try:
+        with grpc.insecure_channel(app.endpoints.grpc) as ch:
+            stub = medha_pb2_grpc.MedhaStub(ch)
+            with pytest.raises(grpc.RpcError) as e:
+                list(stub.Generate(medha_pb2.GenerateRequest(text="y" * 5000), timeout=10))
+            assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            with pytest.raises(grpc.RpcError) as e:
+                list(stub.Generate(medha_pb2.GenerateRequest(text="y" * 60), timeout=10))
+            assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "at most 50" in e.value.details()
+        http = app.endpoints.http
+        r = httpx.post(http + "/v1/completions", json={"prompt": "y" * 5000, "max_tokens": 1}, timeout=10)
+        assert r.status_code == 413 and "error" in r.json()
+        r = httpx.post(http + "/v1/completions", json={"prompt": "y" * 60, "max_tokens": 1}, timeout=10)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "prompt" and "at most 50" in r.json()["error"]["message"]
+    finally:
+        served.stop_app(app)
+    served.wait_idle()
