@@ -41,6 +41,9 @@ class EngineConfig:
     """Smallest padded page-table width compiled."""
     warmup: bool = True
     """Compile every shape bucket before serving (with a progress bar)."""
+    profile_dir: str = "~/.cache/medha_jax/profiles"
+    """Where runtime-predictor profiles live (written by `python -m medha_jax.profile`). A policy that
+    needs one and finds none measures a quick profile at start-up and saves it here."""
     seed: int = 0
     """Seed for the demo model's weights and for requests that give no seed of their own."""
     multihost: bool = False

@@ -7,6 +7,7 @@ benchmarks) can build the same parts without the request lifecycle.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 import jax
@@ -18,7 +19,8 @@ from medha_jax.kv_cache_manager import KVCacheManager
 from medha_jax.mesh import make_mesh, parse_mesh
 from medha_jax.model.loading import load_model
 from medha_jax.model.sharded import kv_cache_bytes_per_page
-from medha_jax.scheduler import SchedulerConfig, make_scheduler
+from medha_jax.profiling import get_predictor
+from medha_jax.scheduler import ProfileKey, SchedulerConfig, make_scheduler
 
 
 @dataclass
@@ -30,6 +32,7 @@ class EngineParts:
     scheduler: object
     scheduler_config: SchedulerConfig
     executor: Executor
+    predictor: object
     max_model_len: int
     eos_token_ids: frozenset[int]
 
@@ -46,6 +49,14 @@ def resolve_attention_backend(name: str):
 
     attention_fn.backend = name
     return attention_fn
+
+
+def profile_key_for(config: EngineConfig, mesh) -> ProfileKey:
+    """What a runtime profile is valid for: model, mesh shape, dtype and device kind."""
+    model = config.model if config.model == "demo" else os.path.basename(os.path.normpath(config.model))
+    d = mesh.devices.flat[0]
+    shape = ",".join(f"{a}={n}" for a, n in mesh.shape.items())
+    return ProfileKey(model=model, mesh=shape, dtype=config.dtype, device=f"{d.platform}:{d.device_kind}")
 
 
 def _jnp_dtype(name: str):
@@ -80,11 +91,9 @@ def build_engine_parts(config: EngineConfig, scheduler_config: SchedulerConfig |
             num_pages = 1024
     kvp = mesh_spec["kvp"]
     kv_manager = KVCacheManager(num_pages, page, kvp=kvp)
-    scheduler = make_scheduler(scfg, kv_manager, max_model_len=max_model_len,
-                               model_config=model_config, mesh_spec=mesh_spec)
 
     ladders = BucketLadders.build(
-        max_tokens=scheduler.max_batch_tokens or max_model_len,
+        max_tokens=max_model_len if scfg.policy == "fcfs_nonchunked" else scfg.max_num_batched_tokens,
         max_seqs=scfg.max_num_seqs,
         max_pages=min(pages_per_seq, num_pages),
         min_tokens=config.min_token_bucket,
@@ -99,8 +108,12 @@ def build_engine_parts(config: EngineConfig, scheduler_config: SchedulerConfig |
     if config.warmup:
         executor.warmup(progress=True)
 
+    predictor = get_predictor(config, scfg, executor, profile_key_for(config, mesh), model_config.vocab_size,
+                              max_model_len)
+    scheduler = make_scheduler(scfg, kv_manager, predictor, max_model_len=max_model_len)
+
     eos = model_config.eos_token_id
     eos_ids = set([] if eos is None else (eos if isinstance(eos, list) else [eos]))
     eos_ids |= set(getattr(tokenizer, "eos_token_ids", ()) or ())
-    return EngineParts(model_config, tokenizer, mesh, kv_manager, scheduler, scfg, executor,
+    return EngineParts(model_config, tokenizer, mesh, kv_manager, scheduler, scfg, executor, predictor,
                        max_model_len, frozenset(eos_ids))

@@ -1,0 +1,124 @@
+"""Measure iteration times on the real executor and fit the runtime predictor to them.
+
+  composition grid (prefill chunks x KV lengths, decode batches x KV lengths, hybrids)
+    -> synthetic ScheduledBatch over scratch pages of the (idle) KV cache
+    -> Executor.execute (the same compiled step that serves), median of `repeats` timings
+    -> samples [(Composition, seconds)] -> RuntimePredictor.fit on a random 80%,
+       MAPE on the held-out 20% -> profile JSON keyed by (model, mesh, dtype, device)
+
+Only run on an executor that is not serving: it overwrites KV pages.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+from collections.abc import Iterable
+
+from medha_jax.batch import ScheduledBatch, ScheduledSeq
+from medha_jax.request import Request
+from medha_jax.sampling_params import SamplingParams
+from medha_jax.scheduler import Composition, RuntimePredictor
+
+_GREEDY = SamplingParams(max_tokens=1, temperature=0.0)
+
+
+def composition_grid(max_tokens: int, max_seqs: int, max_kv: int, *, quick: bool = False,
+                     seed: int = 0) -> list[Composition]:
+    """Prefill-only, decode-only and hybrid compositions spanning the serving range."""
+    rng = random.Random(seed)
+    chunks = [c for c in (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192) if c <= max_tokens]
+    kvs = sorted({0, *(k for k in (64, 256, 1024, 4096, 16384, 65536) if k < max_kv), max_kv // 2})
+    decode_batches = [d for d in (1, 2, 4, 8, 16, 32, 64, 128, 256) if d <= min(max_seqs, max_tokens)]
+    comps: list[Composition] = []
+    for c in chunks:
+        for kv in kvs:
+            if c + kv <= max_kv:
+                comps.append(Composition.of([(c, kv)]))
+    for d in decode_batches:
+        for kv in kvs[1:]:
+            comps.append(Composition.of([(1, kv)] * d))
+    n_hybrid = 8 if quick else 40
+    for _ in range(n_hybrid):
+        d = rng.choice(decode_batches)
+        c = rng.choice([c for c in chunks if c + d <= max_tokens] or [chunks[0]])
+        kv = rng.choice([k for k in kvs if k + c <= max_kv])
+        dkv = [rng.randint(1, max_kv - 1) for _ in range(min(d, max_seqs - 1))]
+        comps.append(Composition.of([(c, kv)] + [(1, k) for k in dkv]))
+    if quick:
+        rng.shuffle(comps)
+        comps = comps[: max(24, len(comps) // 3)]
+    return comps
+
+
+def synthetic_batch(comp: Composition, page_size: int, num_pages: int, vocab_size: int) -> ScheduledBatch:
+    """A batch with the given composition whose sequences share scratch pages (values don't matter)."""
+    batch = ScheduledBatch()
+    for i, (q, kv) in enumerate(comp.seqs):
+        n_pages = -(-(q + kv) // page_size)
+        if n_pages > num_pages:
+            raise ValueError(f"composition needs {n_pages} pages per sequence, the cache has {num_pages}")
+        prompt = [(7 * i + j) % vocab_size for j in range(q + kv)]
+        req = Request(f"profile-{i}", prompt, _GREEDY, arrival_time=0.0, num_computed_tokens=kv)
+        batch.seqs.append(ScheduledSeq(req, kv, q, [list(range(n_pages))]))
+    return batch
+
+
+def measure(executor, comps: Iterable[Composition], *, vocab_size: int, repeats: int = 3,
+            progress: bool = True) -> list[tuple[Composition, float]]:
+    comps = list(comps)
+    it = comps
+    if progress:
+        from tqdm import tqdm
+
+        it = tqdm(comps, desc="profiling iterations", unit="batch")
+    samples = []
+    for comp in it:
+        batch = synthetic_batch(comp, executor.page_size, executor.num_pages, vocab_size)
+        seeds = {s.request_id: 0 for s in batch.seqs}
+        executor.execute(batch, seeds)  # first run pays any compile, not timed
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            executor.execute(batch, seeds)  # returns host arrays, so the device work is done
+            times.append(time.perf_counter() - t0)
+        samples.append((comp, statistics.median(times)))
+    return samples
+
+
+def fit_with_holdout(samples, *, holdout: float = 0.2, seed: int = 0, key=None):
+    """Fit on a random (1 - holdout) share; returns (predictor refit on all, held-out MAPE)."""
+    rng = random.Random(seed)
+    idx = list(range(len(samples)))
+    rng.shuffle(idx)
+    n_test = max(1, int(len(samples) * holdout))
+    test = [samples[i] for i in idx[:n_test]]
+    train = [samples[i] for i in idx[n_test:]]
+    held_out = RuntimePredictor.fit(train, key=key).mape(test)
+    return RuntimePredictor.fit(samples, key=key), held_out
+
+
+def get_predictor(engine_config, scheduler_config, executor, key, vocab_size: int, max_model_len: int):
+    """The profile for `key` from engine_config.profile_dir; for a time-budget policy with none on
+    disk, measure a quick one now (and save it). fcfs without a profile runs with no predictor."""
+    import logging
+    import os
+
+    from medha_jax.scheduler.predictor import profile_path
+
+    path = profile_path(os.path.expanduser(engine_config.profile_dir), key)
+    if os.path.exists(path):
+        return RuntimePredictor.load(path, expect=key)
+    if not scheduler_config.uses_time_budget:
+        return None
+    logging.getLogger(__name__).warning("no runtime profile at %s; measuring a quick one", path)
+    ladders = executor.ladders
+    comps = composition_grid(ladders.tokens[-1], ladders.seqs[-1],
+                             min(max_model_len, ladders.pages[-1] * executor.page_size), quick=True)
+    samples = measure(executor, comps, vocab_size=vocab_size, repeats=2)
+    predictor, held_out = fit_with_holdout(samples, key=key)
+    predictor.fit_info["held_out_mape"] = held_out
+    predictor.fit_info["quick"] = True
+    predictor.save(path, samples)
+    return predictor
