@@ -33,25 +33,51 @@ _first, _second = itemgetter(0), itemgetter(1)
 
 
 class Policy:
-    """Base: the scheduler's hooks plus the candidate order; subclasses define the keys."""
+    """Base: the scheduler's hooks plus the candidate order; subclasses define the keys.
+
+    A subclass that defines only `key` still works: its waiting requests are then fully sorted
+    by key(now) on every `candidates` call (correct for any key, O(n log n)). Defining
+    `group_and_key` and `static_key_now` (and `bulk_static_key_now`) switches to the index."""
 
     name = "base"
 
     def __init__(self) -> None:
-        self.index = WaitingIndex(self.group_and_key)
+        self._store()
+
+    def _store(self):
+        """The waiting queue as this policy keeps it: a WaitingIndex, or a plain dict."""
+        store = self.__dict__.get("_waiting_store")
+        if store is None:  # created lazily, so subclasses need not call __init__
+            indexed = type(self).group_and_key is not Policy.group_and_key
+            store = WaitingIndex(self.group_and_key) if indexed else {}
+            self.__dict__["_waiting_store"] = store
+        return store
+
+    @property
+    def index(self) -> WaitingIndex | None:
+        store = self._store()
+        return store if isinstance(store, WaitingIndex) else None
 
     def on_add(self, request: Request) -> None:
         """A request joined the scheduler (before it joins the waiting queue)."""
 
     def on_remove(self, request: Request) -> None:
         """A request left the scheduler (finished or aborted)."""
-        self.index.discard(request)
+        self.on_leave_waiting(request)
 
     def on_waiting(self, request: Request) -> None:
-        self.index.add(request)
+        store = self._store()
+        if isinstance(store, WaitingIndex):
+            store.add(request)
+        else:
+            store[request] = None
 
     def on_leave_waiting(self, request: Request) -> None:
-        self.index.discard(request)
+        store = self._store()
+        if isinstance(store, WaitingIndex):
+            store.discard(request)
+        else:
+            store.pop(request, None)
 
     def key(self, request: Request, now: float) -> float:
         raise NotImplementedError
@@ -71,10 +97,12 @@ class Policy:
 
     def candidates(self, partials: list[Request], now: float) -> Iterator[Request]:
         """Running partial prefills and waiting requests, best first, computed lazily."""
-        key, static = self.key, self.static_key_now
-        self.index.flush()
-        bulk = self.bulk_static_key_now
-        iters = self.index.iter_groups(lambda g, k: static(g, k, now), lambda gs, ks: bulk(gs, ks, now))
+        key, static, bulk = self.key, self.static_key_now, self.bulk_static_key_now
+        index = self._store()
+        if not isinstance(index, WaitingIndex):  # started work first on equal keys (stable sort)
+            return iter(sorted(partials + list(index), key=lambda r: key(r, now)))
+        index.flush()
+        iters = index.iter_groups(lambda g, k: static(g, k, now), lambda gs, ks: bulk(gs, ks, now))
         if partials:  # first, so that on equal keys started work goes before new work
             iters.insert(0, iter(sorted(((key(r, now), r) for r in partials), key=_first)))
         if not iters:

@@ -70,3 +70,25 @@ def test_candidates_come_best_first():
 def test_time_budget_policies_need_a_predictor():
     with pytest.raises(ValueError, match="needs? .*predictor|runtime predictor"):
         make_scheduler("lars")
+
+
+def test_a_policy_that_defines_only_key_gets_a_full_sort():
+    from medha_jax.scheduler import Scheduler, SchedulerConfig
+    from medha_jax.scheduler.policies import Policy
+    from medha_jax.scheduler.token_budget import TokenBudgetPacker
+    from tests.scheduler.factories import make_kv
+
+    class LongestFirst(Policy):  # no __init__ call, no static keys
+        def __init__(self):
+            pass
+
+        def key(self, request, now):
+            return -request.prompt_len
+
+    s = Scheduler(SchedulerConfig(max_num_batched_tokens=1000), make_kv(), LongestFirst(), TokenBudgetPacker())
+    for r in make_requests(3, prompt_len=[10, 30, 20]):
+        s.add_request(r)
+    assert s.policy.index is None
+    assert [r.request_id for r in s.prefill_candidates(0.0)] == ["r1", "r2", "r0"]
+    s.abort("r2")
+    assert [r.request_id for r in s.prefill_candidates(0.0)] == ["r1", "r0"]
