@@ -1,0 +1,71 @@
+"""One experiment: a workload, a device profile, a policy -> outcomes and a summary.
+
+  specs + Profile --assign_deadlines--> specs with TTFT deadlines (the trace's, or
+        D = max(deadline_k * w(prompt), deadline_min), w = the prompt's prefill time alone on the
+        deployment's device; the same D for every policy, and the scheduler is given it)
+  policy name --SimPolicy.build(KV manager, predictor, config overrides)--> Scheduler
+  Scheduler + device --simulate--> SimResult --metrics--> outcomes, summary
+
+`Experiment` caches what policies share (the fitted predictor, the reference prefill times), so a
+policy sweep builds them once. Deterministic: no wall-clock or unseeded randomness reaches the
+simulated timeline. Pure Python.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from medha_jax.sim.driver import SimResult, simulate
+from medha_jax.sim.metrics import offered_load, request_outcomes, summarize
+from medha_jax.sim.policies import get_policy
+from medha_jax.sim.predictors import AnalyticPredictor, fit_predictor
+from medha_jax.sim.profiles import Profile
+from medha_jax.sim.workload import RequestSpec
+
+
+@dataclass
+class PolicyRun:
+    policy: str
+    result: SimResult
+    outcomes: list
+    summary: dict
+
+
+class Experiment:
+    def __init__(self, profile: Profile, *, predictor: str = "fitted", t_target: float = 0.05,
+                 deadline_k: float = 1.5, deadline_min: float = 0.5, seed: int = 0, config: dict | None = None):
+        if predictor not in ("fitted", "exact"):
+            raise ValueError(f"predictor must be 'fitted' or 'exact', got {predictor!r}")
+        if predictor == "exact" and profile.perf is None:
+            raise ValueError(f"profile {profile.name} has no analytic model: use predictor='fitted'")
+        self.profile = profile
+        self.t_target = t_target
+        self.deadline_k, self.deadline_min = deadline_k, deadline_min
+        self.config = {"t_target": t_target, "deadline_k": deadline_k, "deadline_min": deadline_min, **(config or {})}
+        if predictor == "exact":
+            self.predictor, self.predictor_info = AnalyticPredictor(profile.perf), {"kind": "exact"}
+        elif hasattr(profile.device, "predictor"):  # a measured profile already is a predictor
+            self.predictor, self.predictor_info = profile.device.predictor, {"kind": "measured profile"}
+        else:
+            self.predictor, info = fit_predictor(profile.device, seed=seed)
+            self.predictor_info = {"kind": "fitted", **info}
+
+    def work(self, prompt_tokens: int) -> float:
+        """Seconds the prompt takes alone on the deployment (adaptive chunks at t_target)."""
+        return self.profile.device.prefill_alone(prompt_tokens, self.t_target)
+
+    def assign_deadlines(self, specs: list[RequestSpec]) -> list[RequestSpec]:
+        return [s if s.ttft_deadline is not None else
+                replace(s, ttft_deadline=max(self.deadline_k * self.work(s.prompt_tokens), self.deadline_min))
+                for s in specs]
+
+    def offered_load(self, specs: list[RequestSpec], horizon: float) -> dict:
+        return offered_load(specs, self.work, horizon)
+
+    def run(self, policy: str, specs: list[RequestSpec], *, horizon: float | None = None, observer=None) -> PolicyRun:
+        pol = get_policy(policy)
+        specs = self.assign_deadlines(specs)
+        sched = pol.build(self.profile.kv_manager(), self.predictor, **self.config)
+        result = simulate(sched, specs, self.profile.device_for(pol.device_kind), horizon=horizon, observer=observer)
+        outcomes = request_outcomes(result, self.work)
+        return PolicyRun(policy, result, outcomes, summarize(outcomes, result.horizon))

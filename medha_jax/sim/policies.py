@@ -1,0 +1,99 @@
+"""The policies the simulator compares: each a real `Scheduler` plus the device it runs on.
+
+  name --build(kv, predictor, **config overrides)--> Scheduler (medha_jax.scheduler objects)
+  name --device_kind--> "chunked" (the deployment's own device) or "elastic_sp" (whole prompts over
+                        elastic sequence parallelism, LoongServe-like; see sim/devices.py)
+
+  sarathi-512 / sarathi-2048  fcfs, fixed token budget per iteration (Sarathi-Serve, vLLM > 32K)
+  loongserve                  fcfs_nonchunked: whole prompts, non-preemptive, elastic-SP cost
+  edf / lrs                   deadline order / least remaining slack, time-budget packing
+  lars                        LARS without multi-prefill batching and space sharing
+  medha                       LARS + multi-prefill batching + space sharing (the scheduler's lars)
+  pecsched                    short-first preemption (PecSched): short prompts always before long
+                              ones, chunked under the time budget; long ones run in the gaps
+  priority                    strict non-preemptive priority (PecSched's "Priority" baseline, after
+                              Past-Future): shorts first, a long prompt starts only when no short
+                              one waits and then runs whole
+
+The two PecSched-style policies are defined here (not in the engine's registry): the simulator
+builds `Scheduler(config, kv, policy, packer, predictor)` with them, the constructor the
+registry itself uses. Pure Python.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from medha_jax.request import Request
+from medha_jax.scheduler import Scheduler, SchedulerConfig, make_scheduler
+from medha_jax.scheduler.policies import Policy
+from medha_jax.scheduler.time_budget import TimeBudgetPacker
+from medha_jax.scheduler.token_budget import TokenBudgetPacker
+
+LONG_PROMPT = 32768
+"""Prompt length from which the short-first policies treat a request as long (the generated
+workloads have shorts <= 8K and longs >= 128K, so any value in between splits them the same)."""
+
+
+class ShortFirstPolicy(Policy):
+    """Short prompts before long ones; arrival order within each class. Long partial prefills are
+    the first victims under memory pressure. No space sharing (relative slack 0)."""
+
+    name = "short_first"
+
+    def __init__(self, long_prompt: int = LONG_PROMPT):
+        self.long_prompt = long_prompt
+
+    def key(self, request: Request, now: float) -> float:
+        return request.arrival_time + (1e12 if request.prompt_len >= self.long_prompt else 0.0)
+
+    def relative_slack(self, request: Request, now: float) -> float:
+        return 0.0
+
+
+@dataclass(frozen=True)
+class SimPolicy:
+    name: str
+    description: str
+    build: Callable[..., Scheduler]
+    device_kind: str = "chunked"
+    needs_predictor: bool = True
+
+
+def _registry(policy: str, **fixed):
+    def build(kv, predictor, **overrides):
+        cfg = SchedulerConfig(policy=policy, **{**overrides, **fixed})
+        return make_scheduler(cfg, kv, predictor)
+    return build
+
+
+def _custom(config_policy: str, packer: str, long_prompt: int = LONG_PROMPT):
+    def build(kv, predictor, **overrides):
+        cfg = SchedulerConfig(policy=config_policy, **overrides)
+        p = TimeBudgetPacker(predictor) if packer == "time" else TokenBudgetPacker(chunked=packer == "chunked")
+        return Scheduler(cfg, kv, ShortFirstPolicy(long_prompt), p, predictor)
+    return build
+
+
+POLICIES: dict[str, SimPolicy] = {p.name: p for p in [
+    SimPolicy("sarathi-512", "FCFS, 512-token chunks (Sarathi-Serve)", _registry("fcfs", max_num_batched_tokens=512)),
+    SimPolicy("sarathi-2048", "FCFS, 2048-token chunks (Sarathi-Serve)", _registry("fcfs", max_num_batched_tokens=2048)),
+    SimPolicy("loongserve", "FCFS, whole prompts, non-preemptive, elastic SP (LoongServe-like)",
+              _registry("fcfs_nonchunked"), device_kind="elastic_sp"),
+    SimPolicy("edf", "earliest TTFT deadline first, time budget", _registry("edf")),
+    SimPolicy("lrs", "least remaining slack, time budget", _registry("lrs")),
+    SimPolicy("lars", "LARS, one prefill per batch (no multi-prefill, no space sharing)",
+              _registry("lars", multi_prefill_fraction=1e-9, rho_max=0.0)),
+    SimPolicy("medha", "LARS + multi-prefill batching + space sharing (Medha)", _registry("lars")),
+    SimPolicy("pecsched", "short-first preemptive (PecSched-style), time budget", _custom("lars", "time")),
+    SimPolicy("priority", "strict non-preemptive short-first priority, whole prompts, elastic SP",
+              _custom("fcfs_nonchunked", "whole"), device_kind="elastic_sp"),
+]}
+
+
+def get_policy(name: str) -> SimPolicy:
+    try:
+        return POLICIES[name]
+    except KeyError:
+        raise ValueError(f"unknown simulator policy {name!r}; valid: {', '.join(POLICIES)}") from None

@@ -1,0 +1,55 @@
+"""What the scheduler believes: the exact analytic predictor and a RuntimePredictor fitted to the device."""
+
+import pytest
+
+from medha_jax.hardware import A100_80GB, H100_80GB, LLAMA3_8B, AnalyticPerfModel
+from medha_jax.scheduler.records import Composition
+from medha_jax.sim.devices import AnalyticDevice, ElasticSPDevice, LinearDevice
+from medha_jax.sim.predictors import AnalyticPredictor, fit_predictor
+
+
+@pytest.mark.parametrize("kvp", [1, 2])
+def test_batch_cost_matches_the_model(kvp):
+    perf = AnalyticPerfModel(LLAMA3_8B, H100_80GB, tp=8, spp=2, kvp=kvp, max_tokens_per_kvp_group=1 << 20)
+    pred = AnalyticPredictor(perf)
+    decodes = [(1, 3000)] * 8
+    cost = pred.batch_cost()
+    cost.add_decodes(8, 8 * 3000)
+    assert cost.time() == pytest.approx(perf.iteration_time(decodes))
+    assert cost.time_with(512, 1000) == pytest.approx(perf.iteration_time(decodes + [(512, 1000)]))
+    cost.add(512, 1000)
+    assert cost.time() == pytest.approx(perf.iteration_time(decodes + [(512, 1000)]))
+    assert pred.predict(Composition.of(decodes)) == pytest.approx(perf.iteration_time(decodes))
+    assert pred.chunk_time(256, 0) == pytest.approx(perf.iteration_time([(256, 0)]))
+    assert len(pred.fingerprint()) == 16
+
+
+def test_fitted_predictor_is_close_on_held_out_iterations():
+    device = AnalyticDevice(AnalyticPerfModel(LLAMA3_8B, A100_80GB, tp=8, spp=2))
+    pred, info = fit_predictor(device, seed=3)
+    assert info["test_mape"] < 0.10
+    assert all(v >= 0 for v in pred.coefficients.values())
+
+
+def test_prefill_alone_streams_through_spp():
+    one = AnalyticDevice(AnalyticPerfModel(LLAMA3_8B, A100_80GB, tp=8))
+    two = AnalyticDevice(AnalyticPerfModel(LLAMA3_8B, A100_80GB, tp=8, spp=2))
+    n = 300_000
+    assert 1.7 < one.prefill_alone(n, 0.05) / two.prefill_alone(n, 0.05) < 2.1
+    assert two.prefill_alone(0, 0.05) == 0.0
+    assert two.prefill_alone(100, 0.05) == pytest.approx(two.latency([(100, 0)]))
+    lin = LinearDevice(1e-4)
+    assert lin.prefill_alone(10_000, 0.05) == pytest.approx(1.0)
+
+
+def test_elastic_sp_device_scales_whole_prompts_over_instances():
+    inst = AnalyticPerfModel(LLAMA3_8B, A100_80GB, tp=2)
+    dec = AnalyticDevice(AnalyticPerfModel(LLAMA3_8B, A100_80GB, tp=8, spp=2))
+    e = ElasticSPDevice.from_analytic(inst, 8, dec)
+    for n in (8192, 200_000, 1_000_000):
+        alone = inst.iteration_time([(n, 0)])
+        assert e.prefill_alone(n, 0.05) == pytest.approx(alone / 8, rel=0.25)  # fixed cost not divided
+    t, lat = e.run([(1, 5000), (1, 100)])
+    assert t == lat == pytest.approx(dec.latency([(1, 5000), (1, 100)]))
+    with pytest.raises(ValueError):
+        ElasticSPDevice(-1, 0, 0, dec)
