@@ -25,8 +25,10 @@ from dataclasses import asdict, dataclass
 from medha_jax.scheduler.nnls import nnls
 from medha_jax.scheduler.records import Composition
 
-FEATURES = ("const", "tokens", "chunk_kv", "chunk_sq", "decodes", "decode_kv", "tokens_sq")
-DEFAULT_FEATURES = ("const", "tokens", "chunk_kv", "chunk_sq", "decodes", "decode_kv")
+FEATURES = ("const", "tokens", "chunk_kv", "chunk_sq", "decodes", "decode_kv", "tokens_sq", "tokens_maxctx")
+DEFAULT_FEATURES = ("const", "tokens", "chunk_kv", "chunk_sq", "decodes", "decode_kv", "tokens_maxctx")
+# tokens_maxctx = (sum q) * max(q + kv): attention that walks every token of the batch up to the
+# longest context (the XLA backend's paged attention does); ~0 when fitted to the Pallas kernels.
 PROFILE_FORMAT = "medha-jax-runtime-profile"
 PROFILE_VERSION = 1
 
@@ -50,17 +52,18 @@ def profile_path(directory: str, key: ProfileKey) -> str:
 
 
 def feature_sums(comp: Composition) -> list[float]:
-    """[1, sum q, sum_prefill q*kv, sum_prefill q^2, n_decodes, sum_decode kv, (sum q)^2]."""
-    tokens = chunk_kv = chunk_sq = decodes = decode_kv = 0
+    """[1, sum q, sum_prefill q*kv, sum_prefill q^2, n_decodes, sum_decode kv, (sum q)^2, sum q * max ctx]."""
+    tokens = chunk_kv = chunk_sq = decodes = decode_kv = max_ctx = 0
     for q, kv in comp.seqs:
         tokens += q
+        max_ctx = max(max_ctx, q + kv)
         if q == 1 and kv > 0:
             decodes += 1
             decode_kv += kv
         else:
             chunk_kv += q * kv
             chunk_sq += q * q
-    return [1.0, tokens, chunk_kv, chunk_sq, decodes, decode_kv, tokens * tokens]
+    return [1.0, tokens, chunk_kv, chunk_sq, decodes, decode_kv, tokens * tokens, tokens * max_ctx]
 
 
 class RuntimePredictor:
@@ -97,8 +100,8 @@ class RuntimePredictor:
         """Raw seconds of a batch holding one prefill chunk alone (used by the prefill-time cache)."""
         c = self._coef
         if q == 1 and kv > 0:  # counted as a decode, exactly as predict_raw does
-            return c[0] + c[1] + c[4] + c[5] * kv + c[6]
-        return c[0] + c[1] * q + c[2] * q * kv + c[3] * q * q + c[6] * q * q
+            return c[0] + c[1] + c[4] + c[5] * kv + c[6] + c[7] * (kv + 1)
+        return c[0] + c[1] * q + c[2] * q * kv + c[3] * q * q + c[6] * q * q + c[7] * q * (q + kv)
 
     # ---- online correction -----------------------------------------------------------------
     def observe(self, comp: Composition, measured: float) -> None:
@@ -191,17 +194,18 @@ class RuntimePredictor:
 class BatchCost:
     """Running feature sums of a batch being packed: O(1) per added seq and per what-if query."""
 
-    __slots__ = ("c", "corr", "tokens", "chunk_kv", "chunk_sq", "decodes", "decode_kv", "n")
+    __slots__ = ("c", "corr", "tokens", "chunk_kv", "chunk_sq", "decodes", "decode_kv", "max_ctx", "n")
 
     def __init__(self, predictor: RuntimePredictor):
         self.c = predictor._coef
         self.corr = predictor.correction
-        self.tokens = self.chunk_kv = self.chunk_sq = self.decodes = self.decode_kv = 0
+        self.tokens = self.chunk_kv = self.chunk_sq = self.decodes = self.decode_kv = self.max_ctx = 0
         self.n = 0
 
     def add(self, q: int, kv: int) -> None:
         self.n += 1
         self.tokens += q
+        self.max_ctx = max(self.max_ctx, q + kv)
         if q == 1 and kv > 0:
             self.decodes += 1
             self.decode_kv += kv
@@ -209,24 +213,28 @@ class BatchCost:
             self.chunk_kv += q * kv
             self.chunk_sq += q * q
 
-    def add_decodes(self, n: int, kv_sum: int) -> None:
+    def add_decodes(self, n: int, kv_sum: int, kv_max: int = 0) -> None:
+        """n decodes whose cached lengths sum to kv_sum, the longest kv_max."""
+        self.max_ctx = max(self.max_ctx, kv_max + 1) if n else self.max_ctx
         self.n += n
         self.tokens += n
         self.decodes += n
         self.decode_kv += kv_sum
 
-    def _t(self, tokens, chunk_kv, chunk_sq, decodes, decode_kv) -> float:
+    def _t(self, tokens, chunk_kv, chunk_sq, decodes, decode_kv, max_ctx) -> float:
         c = self.c
         return (c[0] + c[1] * tokens + c[2] * chunk_kv + c[3] * chunk_sq + c[4] * decodes
-                + c[5] * decode_kv + c[6] * tokens * tokens) * self.corr
+                + c[5] * decode_kv + c[6] * tokens * tokens + c[7] * tokens * max_ctx) * self.corr
 
     def time(self) -> float:
         if self.n == 0:
             return 0.0
-        return self._t(self.tokens, self.chunk_kv, self.chunk_sq, self.decodes, self.decode_kv)
+        return self._t(self.tokens, self.chunk_kv, self.chunk_sq, self.decodes, self.decode_kv, self.max_ctx)
 
     def time_with(self, q: int, kv: int) -> float:
         """Predicted seconds if a prefill chunk of q tokens over kv cached tokens were added."""
+        ctx = max(self.max_ctx, q + kv)
         if q == 1 and kv > 0:
-            return self._t(self.tokens + 1, self.chunk_kv, self.chunk_sq, self.decodes + 1, self.decode_kv + kv)
-        return self._t(self.tokens + q, self.chunk_kv + q * kv, self.chunk_sq + q * q, self.decodes, self.decode_kv)
+            return self._t(self.tokens + 1, self.chunk_kv, self.chunk_sq, self.decodes + 1, self.decode_kv + kv, ctx)
+        return self._t(self.tokens + q, self.chunk_kv + q * kv, self.chunk_sq + q * q, self.decodes, self.decode_kv,
+                       ctx)

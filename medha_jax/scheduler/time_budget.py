@@ -41,10 +41,11 @@ class TimeBudgetPacker:
         chunk_kw = dict(granularity=cfg.chunk_granularity, min_chunk=cfg.min_chunk,
                         max_chunk=cfg.max_chunk, accept_within=cfg.accept_within)
         cost = self.predictor.batch_cost()
-        kv_sum = 0
+        kv_sum = kv_max = 0
         for s in batch.seqs:  # phase 1 put only decodes here
             kv_sum += s.start_pos
-        cost.add_decodes(len(batch.seqs), kv_sum)
+            kv_max = max(kv_max, s.start_pos)
+        cost.add_decodes(len(batch.seqs), kv_sum, kv_max)
         t_pred = cost.time()
         tokens_left = cfg.max_num_batched_tokens - len(batch.seqs)
         group_len = sched.kv.max_tokens_per_kvp_group

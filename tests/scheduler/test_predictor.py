@@ -21,7 +21,8 @@ def random_compositions(n, seed=0):
 
 def test_feature_sums_split_decodes_and_chunks():
     comp = Composition.of([(1, 100), (1, 50), (10, 0), (20, 30), (1, 0)])
-    assert feature_sums(comp) == [1.0, 33, 20 * 30, 100 + 400 + 1, 2, 150, 33 * 33]
+    # max context: the (1, 100) decode sees 101 keys; the (20, 30) chunk 50
+    assert feature_sums(comp) == [1.0, 33, 20 * 30, 100 + 400 + 1, 2, 150, 33 * 33, 33 * 101]
 
 
 def test_predict_is_the_linear_model():
@@ -57,7 +58,7 @@ def test_fit_never_returns_negative_coefficients():
 
 
 def test_fit_errors():
-    with pytest.raises(ValueError, match="at least 6 samples"):
+    with pytest.raises(ValueError, match="at least 7 samples"):
         RuntimePredictor.fit([(Composition.of([(4, 0)]), 1.0)])
     with pytest.raises(ValueError, match="unknown predictor features"):
         RuntimePredictor.fit([], features=("bogus",))
@@ -66,7 +67,7 @@ def test_fit_errors():
 
 
 def test_batch_cost_matches_predict():
-    p = RuntimePredictor({**TRUE, "tokens_sq": 1e-9})
+    p = RuntimePredictor({**TRUE, "tokens_sq": 1e-9, "tokens_maxctx": 1e-8})
     for comp in random_compositions(20, seed=3):
         cost = p.batch_cost()
         for q, kv in comp.seqs[:-1]:
