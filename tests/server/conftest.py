@@ -4,8 +4,8 @@
   tests:   grpcio / openai / httpx clients against the printed ports; `served.run(coro)` runs a
            coroutine on the server's loop (to start extra apps that share the same engine).
 
-The engine settings keep one shape bucket (64 tokens x 16 sequences x 16 pages), so warm-up is one
-compile. `reference` is the Python API (`LLM(...)` with the same settings) the servers must equal.
+The engine settings (engine_settings.py) keep one shape bucket, so warm-up is one compile.
+`reference` is the Python API (`LLM(...)` with the same settings) the servers must equal.
 """
 
 from __future__ import annotations
@@ -17,10 +17,7 @@ from dataclasses import dataclass
 
 import pytest
 
-ENGINE_KW = dict(
-    model="demo", num_devices=1, num_pages=96, page_size=16, max_model_len=256,
-    min_token_bucket=64, max_num_batched_tokens=64, max_num_seqs=16, min_seq_bucket=16, min_page_bucket=16,
-)
+from tests.server.engine_settings import ENGINE_KW
 
 
 class LoopThread:

@@ -1,0 +1,100 @@
+"""Request parsing and chat templating, without a server: exact fields, messages and defaults."""
+
+from __future__ import annotations
+
+import pytest
+
+from medha_jax.demo_model import byte_tokenizer
+from server.chat_template import DEFAULT_CHAT_TEMPLATE, ChatTemplate, validate_messages
+from server.openai_protocol import parse_chat, parse_completion
+from server.validation import RequestError, build_sampling_params, field_of_message
+
+
+def test_completion_request_maps_fields_and_extensions():
+    r = parse_completion({"model": "demo", "prompt": ["a", [1, 2]], "max_tokens": 5, "temperature": 0, "top_p": 0.5,
+                          "stop": "x", "seed": 3, "top_k": -1, "stop_token_ids": [7], "ignore_eos": True,
+                          "priority": 2, "ttft_deadline": 1.5, "stream": True,
+                          "stream_options": {"include_usage": True}, "logprobs": 0, "n": 1}, max_prompts=4)
+    assert r.prompts == ["a", [1, 2]] and r.stream and r.include_usage and r.logprobs
+    assert r.sampling == {"max_tokens": 5, "temperature": 0, "top_p": 0.5, "top_k": 0, "seed": 3, "stop": "x",
+                          "stop_token_ids": [7], "ignore_eos": True}
+    assert (r.priority, r.ttft_deadline) == (2, 1.5)
+    sp = build_sampling_params(dict(r.sampling, logprobs=True))
+    assert (sp.max_tokens, sp.temperature, sp.stop, sp.top_k) == (5, 0, ["x"], 0)
+
+
+@pytest.mark.parametrize("body, field, words", [
+    ([1, 2], None, "JSON object"),
+    ({"prompt": "x", "max_tokens": True}, "max_tokens", "an integer"),
+    ({"prompt": "x", "best_of": 3}, "best_of", "not supported"),
+    ({"prompt": "x", "echo": True}, "echo", "not supported"),
+    ({"prompt": "x", "presence_penalty": 0.5}, "presence_penalty", "not implemented"),
+    ({"prompt": []}, "prompt", "prompt must be"),
+    ({"prompt": ["a"] * 5}, "prompt", "at most 4"),
+    ({"prompt": "x", "stream_options": {"foo": 1}, "stream": True}, "stream_options", "include_usage"),
+])
+def test_completion_errors(body, field, words):
+    with pytest.raises(RequestError) as e:
+        parse_completion(body, max_prompts=4)
+    assert e.value.field == field and words in e.value.message
+
+
+@pytest.mark.parametrize("values, field", [
+    ({"max_tokens": 0}, "max_tokens"), ({"temperature": float("inf")}, "temperature"), ({"top_k": -3}, "top_k"),
+    ({"top_p": 0}, "top_p"), ({"stop": ["a", 3]}, "stop"), ({"stop": ["x" * 300]}, "stop"),
+    ({"stop_token_ids": [-1]}, "stop_token_ids"), ({"seed": 1.5}, "seed"),
+])
+def test_sampling_errors_name_the_field_in_the_front_ends_spelling(values, field):
+    with pytest.raises(RequestError) as e:
+        build_sampling_params(values, {field: f"sampling.{field}"})
+    assert e.value.field == f"sampling.{field}" and e.value.message.startswith(f"sampling.{field}")
+
+
+def test_field_of_engine_messages():
+    assert field_of_message("request needs KV for 900 tokens", ["prompt"]) == "max_tokens"
+    assert field_of_message("prompt is empty", ["prompt"]) == "prompt"
+    assert field_of_message("something else", ["prompt"]) is None
+
+
+def test_chat_request_and_messages():
+    r = parse_chat({"model": "demo", "messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
+                                                                              {"type": "text", "text": "b"}]}],
+                    "max_completion_tokens": 4, "logprobs": True, "top_logprobs": 0})
+    assert r.messages == [{"role": "user", "content": "ab"}] and r.sampling["max_tokens"] == 4 and r.logprobs
+    with pytest.raises(RequestError) as e:
+        validate_messages([{"role": "user", "content": "x"}, {"role": "user", "content": [{"type": "image_url"}]}])
+    assert e.value.field == "messages[1].content[0]"
+    with pytest.raises(RequestError) as e:
+        validate_messages([{"role": "user", "content": "x", "tool_calls": []}])
+    assert e.value.field == "messages[0].tool_calls"
+
+
+class _NoTemplate:
+    """A tokenizer without a chat template (the demo tokenizer's encode, BOS '<|begin_of_text|>')."""
+
+    def __init__(self):
+        self._t = byte_tokenizer()
+        self.bos_token = self._t.bos_token
+
+    def encode(self, text, add_special_tokens=True):
+        return self._t.encode(text, add_special_tokens=add_special_tokens)
+
+
+def test_default_template_layout_and_single_bos():
+    t = ChatTemplate(_NoTemplate())
+    assert t.source == DEFAULT_CHAT_TEMPLATE
+    text = t.render([{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hi"}])
+    assert text == "<|begin_of_text|>system: You are terse.\nuser: Hi\nassistant:"
+    ids = t.encode(text)
+    assert ids[0] == 256 and ids.count(256) == 1 and ids[1:] == list("system: You are terse.\nuser: Hi\nassistant:".encode())
+
+
+def test_tokenizer_template_is_used_and_its_exceptions_name_messages():
+    t = ChatTemplate(byte_tokenizer())
+    text = t.render([{"role": "user", "content": "Hi"}])
+    assert text == ("<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+                    "<|start_header_id|>assistant<|end_header_id|>\n\n")
+    strict = ChatTemplate(byte_tokenizer(), "{% if messages[0]['role'] != 'user' %}{{ raise_exception('first must be user') }}{% endif %}ok")
+    with pytest.raises(RequestError) as e:
+        strict.render([{"role": "assistant", "content": "x"}])
+    assert e.value.field == "messages" and "first must be user" in e.value.message
