@@ -9,20 +9,22 @@
 
 One asyncio.Queue per request carries its RequestOutput snapshots. The thread sleeps on a
 threading.Event while the engine has nothing to do. A request counts against `max_queue` from
-admission until the engine's final output for it (also after its client left: its pages are
-held until the abort step), so a full queue answers QueueFullError at once instead of piling up.
-An iteration that fails inside the executor is handled by the Engine (its requests finish with
-"error"); the stream raises RequestFailedError for them. Should `step()` itself raise (a bug
-outside the executor), which requests it touched is unknown: every request in flight gets
-RequestFailedError and is aborted, and the loop carries on; after `max_consecutive_failures`
-such failures in a row the engine is declared failed and new requests are refused. `drain()` stops
-admission and waits for everything in flight; `shutdown()` stops the thread.
+admission (its stream is registered before the engine sees it) until the engine's final output
+for it (also after its client left: its pages are held until the abort step), so a full queue
+answers QueueFullError at once instead of piling up. An iteration that fails inside the executor
+is handled by the Engine (its requests finish with "error"); the stream raises
+RequestFailedError for them. Should `step()` itself raise (a bug outside the executor), which
+requests it touched is unknown: every request in flight gets RequestFailedError and is aborted,
+and the loop carries on; after `max_consecutive_failures` such failures in a row the engine is
+declared failed and new requests are refused. `drain()` stops admission and waits for
+everything in flight; `shutdown()` stops the thread.
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
+import inspect
 import logging
 import threading
 import time
@@ -34,7 +36,7 @@ from medha_jax.sampling_params import SamplingParams
 
 log = logging.getLogger(__name__)
 
-_TOKENIZE_IN_THREAD_CHARS = 8192  # longer prompt texts are tokenized off the event loop
+_VALIDATE_IN_THREAD = 8192  # prompts longer than this (characters or ids) are checked off the event loop
 
 
 class QueueFullError(RuntimeError):
@@ -116,7 +118,7 @@ class AsyncEngine:
         self._wake = threading.Event()
         self._stop = False
         self._streams: dict[str, RequestStream] = {}  # loop-owned: admitted, engine not yet finished
-        self._reserved = 0  # admissions in progress (tokenizing)
+        self._engine_takes_tpot = "tpot_target" in inspect.signature(engine.add_request).parameters
         self._idle: asyncio.Event | None = None
         self.output_listeners: list[Callable[[RequestOutput], None]] = []
         """Called on the event loop for every output (metrics)."""
@@ -166,7 +168,7 @@ class AsyncEngine:
 
     @property
     def num_inflight(self) -> int:
-        return len(self._streams) + self._reserved
+        return len(self._streams)
 
     # ---- requests ----------------------------------------------------------------------------
     async def add_request(
@@ -177,31 +179,36 @@ class AsyncEngine:
         request_id: str | None = None,
         ttft_deadline: float | None = None,
         priority_class: int = 0,
+        tpot_target: float | None = None,
     ) -> RequestStream:
         """Admit a request; raises ValueError (bad input, names the field), QueueFullError or
-        EngineUnavailableError. The returned stream yields its outputs."""
+        EngineUnavailableError. The returned stream yields its outputs.
+
+        tpot_target is passed on when the engine's add_request takes it (an SLO hint)."""
         if not self.accepting:
             raise EngineUnavailableError(f"the engine is not accepting requests (state {self.state.value})")
         if self.num_inflight >= self.max_queue:
             raise QueueFullError(f"the server queue is full ({self.max_queue} unfinished requests); retry later")
-        self._reserved += 1
+        rid = request_id or f"cmpl-{uuid.uuid4().hex}"
+        if rid in self._streams:
+            raise ValueError(f"request_id {rid!r} is already in use")
+        # Registered before the engine sees the request, so no output can arrive for an unknown id.
+        stream = RequestStream(self, rid, [])
+        self._streams[rid] = stream
         self._idle.clear()
+        kwargs = dict(request_id=rid, ttft_deadline=ttft_deadline, priority_class=priority_class)
+        if tpot_target is not None and self._engine_takes_tpot:
+            kwargs["tpot_target"] = tpot_target
         try:
-            if isinstance(prompt, str) and len(prompt) > _TOKENIZE_IN_THREAD_CHARS:
-                prompt = await asyncio.to_thread(self.engine.tokenizer.encode, prompt)
-            if not self.accepting:
-                raise EngineUnavailableError(f"the engine is not accepting requests (state {self.state.value})")
-            rid = request_id or f"cmpl-{uuid.uuid4().hex}"
-            req = self.engine.add_request(
-                prompt, sampling_params, request_id=rid, ttft_deadline=ttft_deadline,
-                priority_class=priority_class,
-            )
-        finally:
-            self._reserved -= 1
+            if isinstance(prompt, (str, list, tuple)) and len(prompt) > _VALIDATE_IN_THREAD:  # long prompts are tokenized / checked off the event loop
+                req = await asyncio.to_thread(self.engine.add_request, prompt, sampling_params, **kwargs)
+            else:
+                req = self.engine.add_request(prompt, sampling_params, **kwargs)
+        except BaseException:
+            self._streams.pop(rid, None)
             self._maybe_idle()
-        stream = RequestStream(self, req.request_id, req.prompt_token_ids)
-        self._streams[req.request_id] = stream
-        self._idle.clear()
+            raise
+        stream.prompt_token_ids = req.prompt_token_ids
         self._wake.set()
         return stream
 
@@ -282,5 +289,5 @@ class AsyncEngine:
         self._maybe_idle()
 
     def _maybe_idle(self) -> None:
-        if not self._streams and not self._reserved:
+        if not self._streams:
             self._idle.set()

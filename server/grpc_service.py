@@ -103,7 +103,7 @@ class MedhaServicer(medha_pb2_grpc.MedhaServicer):
             spec = await spec_from_proto(request, engine, self.max_prompt_tokens)
             stream = await self.ae.add_request(
                 spec.prompt_token_ids, spec.sampling_params, request_id=spec.request_id,
-                ttft_deadline=spec.ttft_deadline, priority_class=spec.priority_class,
+                ttft_deadline=spec.ttft_deadline, priority_class=spec.priority_class, tpot_target=spec.tpot_target,
             )
         except RequestError as e:
             self._reject("invalid")

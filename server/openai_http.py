@@ -136,7 +136,8 @@ class OpenAIServer:
                     values["max_tokens"] = self._default_max_tokens(len(ids))
                 sp = build_sampling_params(values)
                 streams.append(await self.ae.add_request(ids, sp, ttft_deadline=parsed.ttft_deadline,
-                                                         priority_class=parsed.priority))
+                                                         priority_class=parsed.priority,
+                                                         tpot_target=parsed.tpot_target))
         except BaseException:
             for s in streams:
                 s.abort()

@@ -116,7 +116,7 @@ def check_request_id(request_id, field_name: str = "request_id") -> str | None:
 async def resolve_prompt(engine, prompt: str | Sequence[int], max_prompt_tokens: int, field_name: str = "prompt") -> list[int]:
     """Token ids of a prompt given as text or ids, checked against the vocabulary and the length limit."""
     try:
-        if isinstance(prompt, str) and len(prompt) > _TOKENIZE_IN_THREAD_CHARS:
+        if len(prompt) > _TOKENIZE_IN_THREAD_CHARS:  # long texts / id lists are checked off the event loop
             ids = await asyncio.to_thread(engine.validate_prompt, prompt)
         else:
             ids = engine.validate_prompt(prompt)

@@ -97,6 +97,7 @@ def test_health_and_model_info(stub, served):
     (dict(text="x", sampling=medha_pb2.SamplingParameters(stop=[""])), "sampling.stop"),
     (dict(text="x", sampling=medha_pb2.SamplingParameters(stop=["s"] * 33)), "sampling.stop"),
     (dict(text="x" * 300), "text"),
+    (dict(token_ids=medha_pb2.TokenIds(ids=[65] * 9000)), "token_ids.ids"),  # checked off the event loop
     (dict(text="x", slo=medha_pb2.SloHints(ttft_deadline_s=-1.0)), "slo.ttft_deadline_s"),
     (dict(text="x", request_id="bad\nid"), "request_id"),
 ])

@@ -111,6 +111,8 @@ def test_models_health_metrics(client, http, served):
     ({"model": "demo", "prompt": "x", "frobnicate": 1}, "frobnicate"),
     ({"model": "demo", "prompt": [1, 2, 100000]}, "prompt"),
     ({"model": "demo", "prompt": "x" * 400}, "prompt"),
+    ({"model": "demo", "prompt": "x" * 9000}, "prompt"),  # tokenized off the event loop
+    ({"model": "demo", "prompt": ["ok", [1] * 9000]}, "prompt[1]"),
     ({"model": "demo", "prompt": "x", "stream_options": {"include_usage": True}}, "stream_options"),
 ])
 def test_completion_errors_name_the_field(http, served, body, param):
