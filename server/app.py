@@ -40,6 +40,11 @@ class Endpoints:
     http_port: int | None
 
 
+def host_port(host: str, port: int) -> str:
+    """host:port, with an IPv6 host in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def default_model_name(model: str) -> str:
     return Path(model.rstrip("/")).name or model
 
@@ -67,10 +72,10 @@ class ServingApp:
         grpc_port = http_port = None
         if cfg.port != -1:
             grpc_port = await self._start_grpc()
-            grpc_target = f"{cfg.host}:{grpc_port}"
+            grpc_target = host_port(cfg.host, grpc_port)
         if cfg.http_port != -1:
             http_port = await self._start_http(chat_template)
-            http_url = f"{'https' if cfg.tls else 'http'}://{cfg.host}:{http_port}"
+            http_url = f"{'https' if cfg.tls else 'http'}://{host_port(cfg.host, http_port)}"
         self.endpoints = Endpoints(grpc_target, http_url, grpc_port, http_port)
         return self.endpoints
 
@@ -84,7 +89,7 @@ class ServingApp:
         servicer = MedhaServicer(self.ae, model_name=self.model_name, max_prompt_tokens=self.max_prompt_tokens,
                                  mesh=self.mesh, dtype=self.dtype, metrics=self.metrics)
         medha_pb2_grpc.add_MedhaServicer_to_server(servicer, server)
-        address = f"{cfg.host}:{cfg.port}"
+        address = host_port(cfg.host, cfg.port)
         if cfg.tls:
             port = server.add_secure_port(address, grpc_server_credentials(cfg.tls_cert, cfg.tls_key))
         else:
