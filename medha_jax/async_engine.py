@@ -200,8 +200,8 @@ class AsyncEngine:
         if tpot_target is not None and self._engine_takes_tpot:
             kwargs["tpot_target"] = tpot_target
         try:
-            if isinstance(prompt, (str, list, tuple)) and len(prompt) > _VALIDATE_IN_THREAD:  # long prompts are tokenized / checked off the event loop
-                req = await asyncio.to_thread(self.engine.add_request, prompt, sampling_params, **kwargs)
+            if isinstance(prompt, (str, list, tuple)) and len(prompt) > _VALIDATE_IN_THREAD:
+                req = await self._add_in_thread(prompt, sampling_params, kwargs)
             else:
                 req = self.engine.add_request(prompt, sampling_params, **kwargs)
         except BaseException:
@@ -211,6 +211,22 @@ class AsyncEngine:
         stream.prompt_token_ids = req.prompt_token_ids
         self._wake.set()
         return stream
+
+    async def _add_in_thread(self, prompt, sampling_params, kwargs):
+        """Engine.add_request on a worker thread (long prompts: tokenizing and checking take a while).
+
+        If the caller is cancelled meanwhile, the thread still finishes admitting the request;
+        it is then aborted at once instead of running with nobody listening."""
+        fut = asyncio.ensure_future(asyncio.to_thread(self.engine.add_request, prompt, sampling_params, **kwargs))
+        try:
+            return await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            def abort_if_admitted(f: asyncio.Future) -> None:
+                if not f.cancelled() and f.exception() is None:
+                    self.abort(f.result().request_id)
+
+            fut.add_done_callback(abort_if_admitted)
+            raise
 
     async def generate(self, prompt, sampling_params: SamplingParams, **kwargs) -> AsyncIterator[RequestOutput]:
         """Convenience: yield a request's outputs; closing the iterator early aborts it."""
