@@ -15,6 +15,7 @@ fails the requests in it with an error and leaves the others running.
 
 from __future__ import annotations
 
+import gc
 import itertools
 import logging
 import random
@@ -57,6 +58,7 @@ class Engine:
         self._text: dict[str, IncrementalText] = {}
         self.num_iterations = 0
         self.last_iteration_time: float | None = None
+        gc.freeze()  # long-lived params/tables out of the collector's walks: no multi-ms pauses mid-iteration
 
     # ---- requests in ---------------------------------------------------------------------
     def validate_prompt(self, prompt: str | Sequence[int]) -> list[int]:

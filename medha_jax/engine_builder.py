@@ -111,6 +111,9 @@ def build_engine_parts(config: EngineConfig, scheduler_config: SchedulerConfig |
     predictor = get_predictor(config, scfg, executor, profile_key_for(config, mesh), model_config.vocab_size,
                               max_model_len)
     scheduler = make_scheduler(scfg, kv_manager, predictor, max_model_len=max_model_len)
+    cache = getattr(scheduler.policy, "cache", None)
+    if cache is not None:  # Algorithm 3's prefill-time table, so no request pays for building it
+        cache.build(max_model_len)
 
     eos = model_config.eos_token_id
     eos_ids = set([] if eos is None else (eos if isinstance(eos, list) else [eos]))

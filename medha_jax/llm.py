@@ -27,7 +27,7 @@ def split_config_kwargs(kwargs: dict) -> tuple[EngineConfig, SchedulerConfig]:
     if "scheduler" in kwargs:  # LLM(scheduler="lars") is the policy's user-facing name
         if "policy" in kwargs:
             raise TypeError("give the scheduling policy once: scheduler=... or policy=..., not both")
-        kwargs = {**kwargs, "policy": kwargs.pop("scheduler")}
+        kwargs = {**{k: v for k, v in kwargs.items() if k != "scheduler"}, "policy": kwargs["scheduler"]}
     e_names = {f.name for f in dataclasses.fields(EngineConfig)}
     s_names = {f.name for f in dataclasses.fields(SchedulerConfig)}
     unknown = set(kwargs) - e_names - s_names

@@ -15,7 +15,7 @@ TIME_BUDGET_POLICIES = ("edf", "lrs", "lars")
 
 @dataclass(slots=True)
 class SchedulerConfig:
-    policy: str = "fcfs"
+    policy: str = "lars"
     """Scheduling policy: fcfs (Sarathi chunked prefills under a token budget), fcfs_nonchunked
     (whole prompts, the convoy baseline), or edf / lrs / lars (priority order, chunks sized by the
     runtime predictor under a time budget; lars is Medha's)."""

@@ -9,7 +9,7 @@ import pytest
 from medha_jax import LLM, SamplingParams
 from medha_jax.executor.executor import compile_events
 
-KW = dict(mesh="tp=2", num_devices=2, max_model_len=256, num_pages=64, page_size=16,
+KW = dict(scheduler="fcfs", mesh="tp=2", num_devices=2, max_model_len=256, num_pages=64, page_size=16,
           max_num_batched_tokens=64, max_num_seqs=8, min_token_bucket=16, min_page_bucket=8)
 
 
@@ -131,7 +131,7 @@ def test_abort_frees_pages_and_reports_abort(llm):
 ])
 def test_bad_engine_options_name_the_problem(kw, match):
     with pytest.raises((ValueError, TypeError), match=match):
-        LLM(model="demo", **{**dict(num_devices=1, warmup=False), **kw})
+        LLM(model="demo", **{**dict(scheduler="fcfs", num_devices=1, warmup=False), **kw})
 
 
 def test_checkpoint_dir_problems_name_the_problem(tmp_path):

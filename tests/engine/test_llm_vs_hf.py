@@ -32,7 +32,7 @@ def _model_dir(variant, spelling, tmp_path):
 
 
 def _llm(model_dir, tp, max_model_len=4096, **kw):
-    return LLM(model=model_dir, mesh=f"tp={tp}", num_devices=tp, dtype="float32", max_model_len=max_model_len,
+    return LLM(model=model_dir, scheduler="fcfs", mesh=f"tp={tp}", num_devices=tp, dtype="float32", max_model_len=max_model_len,
                num_pages=512, max_num_batched_tokens=256, max_num_seqs=8, warmup=False, **kw)
 
 
