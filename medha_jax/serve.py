@@ -5,7 +5,7 @@
       -> asyncio loop: AsyncEngine.start() + ServingApp.start()
       -> one line per endpoint on stdout ("gRPC listening on HOST:PORT", "HTTP listening on URL")
       -> SIGTERM / SIGINT: stop admitting, finish in-flight requests (up to --drain-timeout),
-         close both servers, exit 0
+         close both servers, exit 0; a second signal aborts what is left and exits at once
 
     python -m medha_jax.serve --model demo --port 0 --http-port 0
     python -m medha_jax.serve --model /models/llama3-8b --mesh tp=8,spp=4 --port 50051 --http-port 8000
@@ -61,10 +61,14 @@ async def serve(engine, engine_config: EngineConfig, server_config: ServerConfig
     ae = AsyncEngine(engine, max_queue=server_config.max_queue)
     ae.start()
     app = ServingApp(ae, server_config, model=engine_config.model, mesh=engine_config.mesh, dtype=engine_config.dtype)
-    stop = asyncio.Event()
+    stop, force = asyncio.Event(), asyncio.Event()
+
+    def on_signal() -> None:  # first signal: drain; a second one: stop now
+        (force if stop.is_set() else stop).set()
+
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal)
     try:
         ep = await app.start()
     except BaseException:
@@ -81,7 +85,17 @@ async def serve(engine, engine_config: EngineConfig, server_config: ServerConfig
         ready(ep)
     await stop.wait()
     print(f"medha-jax: draining {ae.num_inflight} in-flight request(s) (up to {server_config.drain_timeout:g} s)", flush=True)
-    finished = await app.drain(server_config.drain_timeout)
+    drain = asyncio.ensure_future(app.drain(server_config.drain_timeout))
+    forced = asyncio.ensure_future(force.wait())
+    await asyncio.wait([drain, forced], return_when=asyncio.FIRST_COMPLETED)
+    forced.cancel()
+    if drain.done():
+        finished = drain.result()
+    else:
+        print("medha-jax: second signal: aborting in-flight requests", flush=True)
+        drain.cancel()
+        finished = False
+        await app.stop(grace=0)
     await ae.shutdown()
     print("medha-jax: stopped" + ("" if finished else " (drain timed out; the rest were aborted)"), flush=True)
     return finished

@@ -31,10 +31,10 @@ def _flags(kw: dict) -> list[str]:
     return out
 
 
-@pytest.fixture(scope="module")
-def server_proc():
+def start_server(*extra: str):
+    """(process, {"grpc": host:port, "http": url}, stdout lines so far, later lines, their reader thread)."""
     cmd = [sys.executable, "-m", "medha_jax.serve", *_flags(ENGINE_KW), "--port", "0", "--http-port", "0",
-           "--log-level", "WARNING"]
+           "--log-level", "WARNING", *extra]
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines, ports = [], {}
@@ -54,10 +54,29 @@ def server_proc():
     rest: list[str] = []
     reader = threading.Thread(target=lambda: rest.extend(proc.stdout), daemon=True)
     reader.start()
-    yield proc, ports, lines, rest, reader
+    return proc, ports, lines, rest, reader
+
+
+@pytest.fixture(scope="module")
+def server_proc():
+    handle = start_server()
+    yield handle
+    proc = handle[0]
     if proc.poll() is None:
         proc.kill()
         proc.wait(10)
+
+
+def _long_call(stub, max_tokens=240):
+    return iter(stub.Generate(medha_pb2.GenerateRequest(text="drain", sampling=medha_pb2.SamplingParameters(
+        max_tokens=max_tokens, temperature=0.0, ignore_eos=True)), timeout=60))
+
+
+def _wait_draining(http_url):
+    deadline = time.monotonic() + 10
+    while httpx.get(http_url + "/health", timeout=5).status_code != 503:
+        assert time.monotonic() < deadline, "server never reported draining"
+        time.sleep(0.005)
 
 
 def test_prints_one_line_per_endpoint_on_loopback(server_proc):
@@ -85,15 +104,10 @@ def test_sigterm_drains_then_exits_zero(server_proc):
     proc, ports, _, rest, reader = server_proc
     with grpc.insecure_channel(ports["grpc"]) as ch:
         stub = medha_pb2_grpc.MedhaStub(ch)
-        long_call = stub.Generate(medha_pb2.GenerateRequest(text="drain", sampling=medha_pb2.SamplingParameters(
-            max_tokens=240, temperature=0.0, ignore_eos=True)), timeout=60)
-        it = iter(long_call)
+        it = _long_call(stub)
         got = len(next(it).token_ids)
         proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 10
-        while httpx.get(ports["http"] + "/health", timeout=5).status_code != 503:
-            assert time.monotonic() < deadline, "server never reported draining"
-            time.sleep(0.005)
+        _wait_draining(ports["http"])
         with pytest.raises(grpc.RpcError) as e:
             list(stub.Generate(medha_pb2.GenerateRequest(text="late"), timeout=10))
         assert e.value.code() == grpc.StatusCode.UNAVAILABLE
@@ -105,3 +119,24 @@ def test_sigterm_drains_then_exits_zero(server_proc):
     assert proc.wait(30) == 0
     reader.join(10)
     assert any("stopped" in line for line in rest), rest
+
+
+def test_second_signal_stops_at_once():
+    # A longer context than the session's so the cut-off request cannot finish first (~1000 decode steps).
+    proc, ports, _, rest, reader = start_server("--drain-timeout", "600", "--max-model-len", "1024",
+                                                "--min-page-bucket", "64")
+    try:
+        with grpc.insecure_channel(ports["grpc"]) as ch:
+            it = _long_call(medha_pb2_grpc.MedhaStub(ch), max_tokens=1000)
+            next(it)
+            proc.send_signal(signal.SIGTERM)
+            _wait_draining(ports["http"])
+            proc.send_signal(signal.SIGTERM)
+            with pytest.raises(grpc.RpcError):
+                list(it)  # cut off, not finished
+        assert proc.wait(30) == 0
+        reader.join(10)
+        assert any("aborting in-flight" in line for line in rest), rest
+    finally:
+        if proc.poll() is None:
+            proc.kill()
