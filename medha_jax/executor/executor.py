@@ -56,6 +56,7 @@ class Executor:
                  ladders: BucketLadders, attention_fn):
         self.cfg, self.params, self.mesh = cfg, params, mesh
         self.num_pages, self.page_size, self.ladders = num_pages, page_size, ladders
+        self.attention_backend = getattr(attention_fn, "backend", "custom")
         self.kv_k, self.kv_v = init_kv_cache(cfg, mesh, num_pages, page_size, kv_dtype)
         forward = make_forward(cfg, mesh, attention_fn)
 
