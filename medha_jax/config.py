@@ -39,6 +39,8 @@ class EngineConfig:
     """Smallest padded sequence count compiled."""
     min_page_bucket: int = 8
     """Smallest padded page-table width compiled."""
+    compilation_cache_dir: str | None = "~/.cache/medha_jax/xla"
+    """Persistent XLA compilation cache, so a restart with the same model and shapes skips compiling; None disables."""
     warmup: bool = True
     """Compile every shape bucket before serving (with a progress bar)."""
     profile_dir: str = "~/.cache/medha_jax/profiles"

@@ -59,12 +59,21 @@ def profile_key_for(config: EngineConfig, mesh) -> ProfileKey:
     return ProfileKey(model=model, mesh=shape, dtype=config.dtype, device=f"{d.platform}:{d.device_kind}")
 
 
+def _enable_compilation_cache(path: str | None) -> None:
+    """Point JAX's persistent cache at `path` unless the process already chose one (tests do)."""
+    if path is None or jax.config.jax_compilation_cache_dir:
+        return
+    jax.config.update("jax_compilation_cache_dir", os.path.expanduser(path))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+
+
 def _jnp_dtype(name: str):
     return jax.numpy.float32 if name == "float32" else jax.numpy.bfloat16
 
 
 def build_engine_parts(config: EngineConfig, scheduler_config: SchedulerConfig | None) -> EngineParts:
     scfg = scheduler_config if scheduler_config is not None else SchedulerConfig()
+    _enable_compilation_cache(config.compilation_cache_dir)
     mesh_spec = parse_mesh(config.mesh)
     devices = jax.devices()
     if config.num_devices is not None:
