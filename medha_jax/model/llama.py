@@ -50,11 +50,10 @@ def embed_lookup(embed: jnp.ndarray, token_ids: jnp.ndarray) -> jnp.ndarray:
 
 def _write_kv(cache: jnp.ndarray, layer: jnp.ndarray, slots: jnp.ndarray, new: jnp.ndarray) -> jnp.ndarray:
     """cache: [Ll, N, page, K, Dh]; new: [T, K, Dh] written at flat slots i32[T] (-1: skipped)."""
-    Ll, N, page, K, Dh = cache.shape
-    flat = cache.reshape(Ll, N * page, K, Dh)
-    slots = jnp.where(slots < 0, N * page, slots)  # out of range -> dropped by mode="drop"
-    flat = flat.at[layer, slots].set(new.astype(cache.dtype), mode="drop")
-    return flat.reshape(Ll, N, page, K, Dh)
+    _, N, page, _, _ = cache.shape
+    pages = jnp.where(slots < 0, N, slots // page)  # out of range -> dropped by mode="drop"
+    # Indexing [layer, page, offset] (no reshape of the cache) keeps the update in place.
+    return cache.at[layer, pages, slots % page].set(new.astype(cache.dtype), mode="drop")
 
 
 def _layer(cfg: LlamaConfig, freq, inp: ModelInputs, attention_fn: AttentionFn, carry, xs):
