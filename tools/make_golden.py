@@ -57,7 +57,7 @@ VARIANTS: dict[str, tuple[dict, list[int], int, bool]] = {
             rope_theta=500000.0,
             rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
                               high_freq_factor=4.0, original_max_position_embeddings=1024),
-            bos_token_id=[BOS_ID][0], eos_token_id=[EOS_ID, EOT_ID],
+            bos_token_id=BOS_ID, eos_token_id=[EOS_ID, EOT_ID],
         ),
         [1, 7, 33, 300, 1000, 3000],
         12,
