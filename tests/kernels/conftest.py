@@ -120,9 +120,14 @@ def seq_class():
 FAST_COMPILE = {"xla_backend_optimization_level": 0}  # interpret-mode kernels compile ~3x faster
 
 
-def run_jitted(fn, args, *, scale=0.3, **kw):
-    """jit fn(*args, scale=, **kw) and run it, compiled without XLA's slow CPU optimisations."""
+def run_jitted(fn, args, *, scale=None, **kw):
+    """jit fn(*args, scale=, **kw) and run it, compiled without XLA's slow CPU optimisations.
+
+    scale defaults to 1/sqrt(Dh), as in a model: bf16 outputs then stay averages of magnitude < 1,
+    where 2e-2 is several bf16 ulps."""
     import jax
+
+    scale = args[0].shape[-1] ** -0.5 if scale is None else scale
 
     compiled = jax.jit(lambda *a: fn(*a, scale=scale, **kw)).lower(*args).compile(
         compiler_options=FAST_COMPILE)
