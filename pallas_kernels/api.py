@@ -8,6 +8,8 @@ q_offsets i32[S], kv_lens i32[S], *, scale) -> (out [T, H, Dh], lse f32[T, H])`.
 - `paged_attention(..., backend="pallas")`: the fused POD kernel over the whole hybrid batch
   (`pod.pod_attention`); interpret mode automatically when the default backend is not a GPU.
 - `prefill_attention` / `decode_attention` / `pod_attention`: the three kernels.
+- `pod_plan(...)`: the fused kernel's work lists from the metadata alone; build it once per step
+  and pass `plan=` to every layer's `paged_attention(..., backend="pallas")`.
 
 All are traceable with the metadata as traced arrays: work lists are built with jnp inside the
 trace and sized from static shapes only, so a jitted step compiles once per shape bucket.
@@ -18,7 +20,7 @@ from __future__ import annotations
 from pallas_kernels.config import DEFAULT_CONFIG, KernelConfig, device_config
 from pallas_kernels.decode import decode_attention
 from pallas_kernels.merge import merge_attention
-from pallas_kernels.pod import pod_attention
+from pallas_kernels.pod import PodPlan, pod_attention, pod_plan
 from pallas_kernels.prefill import prefill_attention
 from pallas_kernels.reference import paged_attention_reference, paged_attention_xla
 
@@ -28,6 +30,7 @@ __all__ = [
     "BACKENDS",
     "DEFAULT_CONFIG",
     "KernelConfig",
+    "PodPlan",
     "decode_attention",
     "device_config",
     "merge_attention",
@@ -35,18 +38,23 @@ __all__ = [
     "paged_attention_reference",
     "paged_attention_xla",
     "pod_attention",
+    "pod_plan",
     "prefill_attention",
 ]
 
 
 def paged_attention(q, k_pages, v_pages, page_table, cu_q_lens, q_offsets, kv_lens, *, scale,
                     backend: str = "xla", interpret: bool | None = None,
-                    config: KernelConfig | None = None):
-    """Paged attention over a hybrid batch (prefill chunks first, then 1-token decodes)."""
+                    config: KernelConfig | None = None, plan: PodPlan | None = None):
+    """Paged attention over a hybrid batch (prefill chunks first, then 1-token decodes).
+
+    config: Pallas tuning (default `device_config()`); plan: a `pod_plan` built from the same
+    metadata and config (pallas backend only; the xla backend ignores both).
+    """
     args = (q, k_pages, v_pages, page_table, cu_q_lens, q_offsets, kv_lens)
     if backend == "xla":
         return paged_attention_xla(*args, scale=scale)
     if backend == "pallas":
         cfg = device_config() if config is None else config
-        return pod_attention(*args, scale=scale, config=cfg, interpret=interpret)
+        return pod_attention(*args, scale=scale, config=cfg, interpret=interpret, plan=plan)
     raise ValueError(f"backend={backend!r}; expected one of {BACKENDS}")

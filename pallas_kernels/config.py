@@ -27,8 +27,9 @@ class KernelConfig:
     """Target rows M of a prefill tile: BQ = prefill_rows // G query tokens x G heads."""
     block_kv: int = 64
     """Keys per KV block (a whole number of pages; at least 16, a power of two)."""
-    num_warps: int = 4
-    """Triton warps per program (one value for the fused kernel: both branches share it)."""
+    num_warps: int | None = None
+    """Triton warps per program (one value for the fused kernel: both branches share it);
+    None: 8 when a prefill tile holds >= 128 x 128 f32 accumulators, else 4."""
     num_stages: int = 2
     """Triton software-pipelining stages of the KV loop."""
     decode_num_warps: int = 4
@@ -53,9 +54,14 @@ class KernelConfig:
             v = getattr(self, name)
             if v < 16 or v & (v - 1):
                 raise ValueError(f"{name}={v} must be a power of two >= 16")
-        for name in ("num_warps", "decode_num_warps", "max_prefill_splits", "max_decode_splits"):
+        for name in ("decode_num_warps", "max_prefill_splits", "max_decode_splits"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
+
+    def warps(self, rows: int, head_dim: int) -> int:
+        if self.num_warps is not None:
+            return self.num_warps
+        return 8 if rows * head_dim >= 128 * 128 else 4
 
     @property
     def wave(self) -> int:

@@ -10,6 +10,8 @@ Data flow:
   branch (`prefill.prefill_row`) or the decode branch (`decode.decode_row`), each writing its
   partial (o, lse) to its slot of its kind's buffer
   -> `combine`: splits merged by log-sum-exp, rows scattered back to tokens -> (out, lse).
+The work lists and launch order (`PodPlan`) depend only on the metadata: build them once per
+step with `pod_plan` and pass `plan=` to every layer's call.
 
 This is POD's CTA-parallel fusion; its SM-aware binding (%smid, per-SM counters) and persistent
 programs are not done: the launch order only interleaves, the hardware scheduler places programs.
@@ -17,6 +19,7 @@ programs are not done: the launch order only interleaves, the hardware scheduler
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -59,30 +62,58 @@ def pod_call(launch_rows, table, q, k_pages, v_pages, *, prefill_slots: int, dec
             jax.ShapeDtypeStruct((decode_slots, tiles.MD, Dh), jnp.float32),
             jax.ShapeDtypeStruct((decode_slots, tiles.MD), jnp.float32),
         ],
-        compiler_params=plgpu.CompilerParams(num_warps=config.num_warps, num_stages=config.num_stages),
+        compiler_params=plgpu.CompilerParams(num_warps=config.warps(tiles.M, Dh),
+                                             num_stages=config.num_stages),
         interpret=interpret,
         name="medha_pod_attention",
     )(launch_rows, table, q, k_pages, v_pages)
 
 
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class PodPlan:
+    """Everything the fused kernel needs besides q and the pages; depends only on the batch
+    metadata, so a model builds it once per step and reuses it in every layer."""
+
+    launch_rows: jax.Array  # i32[R, NCOL], interleaved launch order
+    table: jax.Array  # i32[S, P'] page table, clipped and padded to whole KV blocks
+    pre: worklist.Work
+    dec: worklist.Work
+
+
+def pod_plan(page_table, cu_q_lens, q_offsets, kv_lens, *, num_tokens: int, num_heads: int,
+             kv_heads: int, page_size: int, num_pages: int,
+             config: KernelConfig = DEFAULT_CONFIG) -> PodPlan:
+    """Work lists and launch order for a hybrid batch, built with jnp from traced metadata."""
+    tiles = config.tiles(num_heads // kv_heads, page_size)
+    table = metadata.pad_page_table(page_table, num_pages=num_pages, block_pages=tiles.block_pages)
+    kv_lens = metadata.clamp_kv_lens(kv_lens, max_pages=page_table.shape[1], page_size=page_size)
+    cu_q_lens, q_offsets = cu_q_lens.astype(jnp.int32), q_offsets.astype(jnp.int32)
+    common = dict(num_tokens=num_tokens, kv_heads=kv_heads, tiles=tiles, config=config)
+    pre = worklist.prefill_work(cu_q_lens, q_offsets, kv_lens, min_len=2, **common)
+    dec = worklist.decode_work(cu_q_lens, q_offsets, kv_lens, **common)
+    return PodPlan(worklist.interleave(pre, dec), table, pre, dec)
+
+
 def pod_attention(q, k_pages, v_pages, page_table, cu_q_lens, q_offsets, kv_lens, *, scale,
-                  config: KernelConfig = DEFAULT_CONFIG, interpret: bool | None = None):
-    """Contract signature: the whole hybrid batch (prefill chunks and decodes) in one kernel."""
+                  config: KernelConfig = DEFAULT_CONFIG, interpret: bool | None = None,
+                  plan: PodPlan | None = None):
+    """Contract signature: the whole hybrid batch (prefill chunks and decodes) in one kernel.
+
+    `plan` (from `pod_plan` on the same metadata and config) skips rebuilding the work lists.
+    """
     T, H, Dh = q.shape
     N, page_size, KVH, _ = k_pages.shape
     tiles = config.tiles(H // KVH, page_size)
-    table = metadata.pad_page_table(page_table, num_pages=N, block_pages=tiles.block_pages)
-    kv_lens = metadata.clamp_kv_lens(kv_lens, max_pages=page_table.shape[1], page_size=page_size)
-    cu_q_lens, q_offsets = cu_q_lens.astype(jnp.int32), q_offsets.astype(jnp.int32)
-    common = dict(num_tokens=T, kv_heads=KVH, tiles=tiles, config=config)
-    pre = worklist.prefill_work(cu_q_lens, q_offsets, kv_lens, min_len=2, **common)
-    dec = worklist.decode_work(cu_q_lens, q_offsets, kv_lens, **common)
+    if plan is None:
+        plan = pod_plan(page_table, cu_q_lens, q_offsets, kv_lens, num_tokens=T, num_heads=H,
+                        kv_heads=KVH, page_size=page_size, num_pages=N, config=config)
     op, lp, od, ld = pod_call(
-        worklist.interleave(pre, dec), table, q, k_pages, v_pages,
-        prefill_slots=pre.rows.shape[0], decode_slots=dec.rows.shape[0], tiles=tiles, scale=scale,
-        config=config, interpret=resolve_interpret(interpret))
+        plan.launch_rows, plan.table, q, k_pages, v_pages, prefill_slots=plan.pre.rows.shape[0],
+        decode_slots=plan.dec.rows.shape[0], tiles=tiles, scale=scale, config=config,
+        interpret=resolve_interpret(interpret))
     parts = [
-        combine.finish(pre, op, lp, kv_heads=KVH, groups=tiles.G),
-        combine.finish(dec, od, ld, kv_heads=KVH, groups=tiles.G),
+        combine.finish(plan.pre, op, lp, kv_heads=KVH, groups=tiles.G),
+        combine.finish(plan.dec, od, ld, kv_heads=KVH, groups=tiles.G),
     ]
     return combine.assemble(parts, q.dtype)

@@ -52,7 +52,8 @@ def prefill_call(launch_rows, table, q, k_pages, v_pages, *, num_slots: int, til
             jax.ShapeDtypeStruct((num_slots, tiles.M, Dh), jnp.float32),
             jax.ShapeDtypeStruct((num_slots, tiles.M), jnp.float32),
         ],
-        compiler_params=plgpu.CompilerParams(num_warps=config.num_warps, num_stages=config.num_stages),
+        compiler_params=plgpu.CompilerParams(num_warps=config.warps(tiles.M, Dh),
+                                             num_stages=config.num_stages),
         interpret=interpret,
         name="medha_prefill_attention",
     )(launch_rows, table, q, k_pages, v_pages)

@@ -19,7 +19,7 @@ config, never on the lengths in the batch, so changing lengths never recompiles)
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -34,13 +34,17 @@ NCOL = 9
 NOOP, PREFILL, DECODE = 0, 1, 2
 
 
-class Work(NamedTuple):
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Work:
+    """One kind's work list: a pytree (num_items static), so it can cross a jit boundary."""
+
     rows: jax.Array  # i32[R, NCOL], slot order
     row_item: jax.Array  # i32[R]: item of the slot (tile * KVH + kv head); num_items if none
     work: jax.Array  # i32[R]: KV blocks the row walks (for launch order)
     tok_item: jax.Array  # i32[T]: the token's tile (prefill) or sequence (decode); -1 if other kind
     tok_row: jax.Array  # i32[T]: first row of the token inside its tile (local index * G)
-    num_items: int  # static: tiles * KVH
+    num_items: int = dataclasses.field(metadata=dict(static=True))  # tiles * KVH
 
 
 def _expand(kind, valid, seq, tok0, ntok, base, hi, kv_lens, *, kv_heads, tiles: Tiles,

@@ -42,3 +42,28 @@ def test_xla_backend_matches_reference(make_batch, seqs, check, run):
     args = make_batch(seqs(16), H=8, KVH=2, Dh=64, page=16, dtype=jnp.bfloat16)
     check(run(api.paged_attention, args, backend="xla"), run(api.paged_attention_reference, args),
           jnp.bfloat16)
+
+
+def test_plan_built_once_serves_every_layer(make_batch, seqs, check, run):
+    """A model builds the POD plan once per step (it depends only on metadata) and reuses it
+    in every layer; the plan also crosses a jit boundary as an argument."""
+    args = make_batch(seqs(8), H=8, KVH=2, Dh=64, page=8)
+    q, k, v, table, cu, qoff, kv = args
+    k2, v2 = k[::-1], v * 0.5  # a second layer's cache
+    N, page, KVH, _ = k.shape
+
+    plan = jax.jit(lambda table, cu, qoff, kv: api.pod_plan(
+        table, cu, qoff, kv, num_tokens=q.shape[0], num_heads=q.shape[1], kv_heads=KVH,
+        page_size=page, num_pages=N, config=SMALL))(table, cu, qoff, kv)
+
+    def two_layers(plan, q, k, v, k2, v2, table, cu, qoff, kv, scale):
+        one = api.paged_attention(q, k, v, table, cu, qoff, kv, scale=scale, backend="pallas",
+                                  config=SMALL, plan=plan)
+        two = api.paged_attention(q, k2, v2, table, cu, qoff, kv, scale=scale, backend="pallas",
+                                  config=SMALL, plan=plan)
+        return one, two
+
+    one, two = run(two_layers, (plan, q, k, v, k2, v2, table, cu, qoff, kv), scale=0.125)
+    check(one, run(api.paged_attention_reference, args, scale=0.125), jnp.float32)
+    check(two, run(api.paged_attention_reference, (q, k2, v2, table, cu, qoff, kv), scale=0.125),
+          jnp.float32)
