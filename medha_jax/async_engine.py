@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import inspect
 import logging
 import threading
 import time
@@ -118,7 +117,6 @@ class AsyncEngine:
         self._wake = threading.Event()
         self._stop = False
         self._streams: dict[str, RequestStream] = {}  # loop-owned: admitted, engine not yet finished
-        self._engine_takes_tpot = "tpot_target" in inspect.signature(engine.add_request).parameters
         self._idle: asyncio.Event | None = None
         self.output_listeners: list[Callable[[RequestOutput], None]] = []
         """Called on the event loop for every output (metrics)."""
@@ -184,7 +182,7 @@ class AsyncEngine:
         """Admit a request; raises ValueError (bad input, names the field), QueueFullError or
         EngineUnavailableError. The returned stream yields its outputs.
 
-        tpot_target is passed on when the engine's add_request takes it (an SLO hint)."""
+        ttft_deadline, tpot_target and priority_class are the SLO hints the scheduler uses."""
         if not self.accepting:
             raise EngineUnavailableError(f"the engine is not accepting requests (state {self.state.value})")
         if self.num_inflight >= self.max_queue:
@@ -196,9 +194,8 @@ class AsyncEngine:
         stream = RequestStream(self, rid, [])
         self._streams[rid] = stream
         self._idle.clear()
-        kwargs = dict(request_id=rid, ttft_deadline=ttft_deadline, priority_class=priority_class)
-        if tpot_target is not None and self._engine_takes_tpot:
-            kwargs["tpot_target"] = tpot_target
+        kwargs = dict(request_id=rid, ttft_deadline=ttft_deadline, priority_class=priority_class,
+                      tpot_target=tpot_target)
         try:
             if isinstance(prompt, (str, list, tuple)) and len(prompt) > _VALIDATE_IN_THREAD:
                 req = await self._add_in_thread(prompt, sampling_params, kwargs)

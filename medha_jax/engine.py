@@ -92,6 +92,7 @@ class Engine:
         request_id: str | None = None,
         arrival_time: float | None = None,
         ttft_deadline: float | None = None,
+        tpot_target: float | None = None,
         priority_class: int = 0,
     ) -> Request:
         """Validate and queue a request; it joins the scheduler at the next `step()`."""
@@ -101,6 +102,8 @@ class Engine:
         ids = self.validate_prompt(prompt)
         if ttft_deadline is not None and not ttft_deadline > 0:
             raise ValueError(f"ttft_deadline must be > 0 seconds, got {ttft_deadline!r}")
+        if tpot_target is not None and not tpot_target > 0:
+            raise ValueError(f"tpot_target must be > 0 seconds, got {tpot_target!r}")
         needed = min(len(ids) + sp.max_tokens, self.max_model_len)
         capacity = self.kv_manager.max_tokens_per_request
         if needed > capacity:
@@ -115,7 +118,7 @@ class Engine:
             req = Request(
                 request_id=rid, prompt_token_ids=ids, sampling_params=sp,
                 arrival_time=self.clock() if arrival_time is None else arrival_time,
-                ttft_deadline=ttft_deadline, priority_class=priority_class,
+                ttft_deadline=ttft_deadline, tpot_target=tpot_target, priority_class=priority_class,
             )
             self._seeds[rid] = sp.seed if sp.seed is not None else self._rng.getrandbits(32)
             self._text[rid] = IncrementalText(self.tokenizer, stop=sp.stop, prompt_ids=ids)

@@ -44,6 +44,9 @@ class Request:
     """Per-request TTFT deadline in seconds after arrival; None: the scheduler derives one."""
     priority_class: int = 0
     """SLO hint from the API; lower is more important. Policies may use it to break ties."""
+    tpot_target: float | None = None
+    """Per-request time-per-output-token target in seconds; while the request is live the
+    time-budget packer keeps iterations under min(t_target, every live tpot_target)."""
 
     output_token_ids: list[int] = field(default_factory=list)
     output_logprobs: list[float] = field(default_factory=list)

@@ -57,6 +57,7 @@ class Executor:
         self.cfg, self.params, self.mesh = cfg, params, mesh
         self.num_pages, self.page_size, self.ladders = num_pages, page_size, ladders
         self.attention_backend = getattr(attention_fn, "backend", "custom")
+        self.kv_dtype = kv_dtype
         self.kv_k, self.kv_v = init_kv_cache(cfg, mesh, num_pages, page_size, kv_dtype)
         forward = make_forward(cfg, mesh, attention_fn)
 
@@ -104,6 +105,14 @@ class Executor:
             self._compile(b)
         self.warmed_up = True
         return len(buckets)
+
+    def kv_cache_lost(self) -> bool:
+        """True when a failed step consumed the donated cache buffers."""
+        return self.kv_k.is_deleted() or self.kv_v.is_deleted()
+
+    def reset_kv_cache(self) -> None:
+        """A fresh zero cache (every request that had KV must recompute it)."""
+        self.kv_k, self.kv_v = init_kv_cache(self.cfg, self.mesh, self.num_pages, self.page_size, self.kv_dtype)
 
     @property
     def num_compiled(self) -> int:

@@ -81,6 +81,7 @@ class Scheduler:
         """Running partial prefills that are ready, collected by the decode pass of `schedule`."""
         self.records = IterationLog(config.max_records)
         self.num_preemptions = 0
+        self._tpot_targets: dict[float, int] = {}  # live per-request TPOT targets -> how many
 
     # ---- requests in and out ---------------------------------------------------------------
     @property
@@ -104,6 +105,8 @@ class Scheduler:
             )
         request.status = RequestStatus.WAITING
         self._by_id[request.request_id] = request
+        if request.tpot_target is not None:
+            self._tpot_targets[request.tpot_target] = self._tpot_targets.get(request.tpot_target, 0) + 1
         self.policy.on_add(request)
         self.waiting[request] = None
         self.policy.on_waiting(request)
@@ -123,6 +126,10 @@ class Scheduler:
         if self._by_id.get(request.request_id) is not request:
             raise ValueError(f"request {request.request_id!r} is not in this scheduler")
         del self._by_id[request.request_id]
+        if request.tpot_target is not None:
+            left = self._tpot_targets.pop(request.tpot_target) - 1
+            if left:
+                self._tpot_targets[request.tpot_target] = left
         if self.waiting.pop(request, 0) is None:
             self.policy.on_leave_waiting(request)
         self.running.pop(request, None)
@@ -160,6 +167,13 @@ class Scheduler:
     @property
     def num_running(self) -> int:
         return len(self.running)
+
+    @property
+    def t_target(self) -> float:
+        """This iteration's time budget: the configured one, tightened by live per-request TPOT targets."""
+        if not self._tpot_targets:
+            return self.config.t_target
+        return min(self.config.t_target, min(self._tpot_targets))
 
     # ---- one iteration -----------------------------------------------------------------------
     def schedule(self, now: float) -> ScheduledBatch:

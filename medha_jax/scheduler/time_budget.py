@@ -36,7 +36,7 @@ class TimeBudgetPacker:
 
     def pack_prefills(self, sched, batch: ScheduledBatch, now: float) -> None:
         cfg = sched.config
-        t_target = cfg.t_target
+        t_target = sched.t_target
         multi_limit = cfg.multi_prefill_fraction * t_target
         chunk_kw = dict(granularity=cfg.chunk_granularity, min_chunk=cfg.min_chunk,
                         max_chunk=cfg.max_chunk, accept_within=cfg.accept_within)

@@ -140,3 +140,25 @@ def test_checkpoint_dir_problems_name_the_problem(tmp_path):
     (tmp_path / "config.json").write_text('{"architectures": ["MistralForCausalLM"], "model_type": "mistral"}')
     with pytest.raises(ValueError, match="MistralForCausalLM"):
         LLM(model=str(tmp_path), num_devices=1, warmup=False)
+
+
+def test_a_failed_iteration_fails_only_its_requests_and_the_engine_recovers(llm):
+    """Fault injection: the compiled step raises after its donated KV cache was consumed."""
+    eng = llm.engine
+    ref = llm.generate([[11, 12, 13]], _greedy(8))[0].token_ids
+    real_execute = eng.executor.execute
+
+    def failing_execute(batch, seeds):
+        eng.executor.kv_k.delete()  # what a step that died on the device leaves behind
+        raise RuntimeError("injected device failure")
+
+    eng.executor.execute = failing_execute
+    try:
+        victim = eng.add_request([3, 4, 5], _greedy(8))
+        outs = eng.step()
+    finally:
+        eng.executor.execute = real_execute
+    assert [(o.request_id, o.finish_reason) for o in outs] == [(victim.request_id, "error")]
+    assert "injected device failure" in outs[0].error
+    assert not eng.executor.kv_cache_lost()
+    assert llm.generate([[11, 12, 13]], _greedy(8))[0].token_ids == ref
