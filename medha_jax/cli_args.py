@@ -79,8 +79,12 @@ def add_dataclass_args(parser: argparse.ArgumentParser, cls: type, title: str | 
                                action=argparse.BooleanOptionalAction)
             continue
         convert = kind or str
-        group.add_argument(flag_name(f.name), dest=f.name, default=default, help=help_text,
+        group.add_argument(flag_name(f.name), *FLAG_ALIASES.get(f.name, ()), dest=f.name, default=default, help=help_text,
                            type=_optional(convert) if optional else convert, metavar=f.name.upper())
+
+
+FLAG_ALIASES = {"policy": ("--scheduler",)}
+"""Extra spellings of some flags (the issue tracker and the papers say "scheduler")."""
 
 
 def dataclass_from_args(cls: type, ns: argparse.Namespace):

@@ -50,8 +50,8 @@ class SchedulerConfig:
     """Largest fraction of t_target a long prefill yields to others (space sharing)."""
     prefill_cache_granularity: int = 256
     """Token granularity of the simulated prefill-time cache (Algorithm 3)."""
-    prefill_cache_dir: str | None = None
-    """Directory to persist prefill-time caches in; None keeps them in memory only."""
+    prefill_cache_dir: str | None = "~/.cache/medha_jax/prefill_times"
+    """Directory to persist prefill-time caches in (keyed by predictor and chunk settings); None keeps them in memory only."""
     max_prefill_candidates: int = 64
     """Most prefill candidates (best priority first) the time-budget packer examines per iteration."""
     max_records: int = 4096

@@ -35,7 +35,8 @@ class PrefillTimeCache:
         self.granularity = config.prefill_cache_granularity
         self._chunk = dict(granularity=config.chunk_granularity, min_chunk=config.min_chunk,
                            max_chunk=config.max_chunk, accept_within=config.accept_within)
-        self.cache_dir = cache_dir if cache_dir is not None else config.prefill_cache_dir
+        cache_dir = cache_dir if cache_dir is not None else config.prefill_cache_dir
+        self.cache_dir = os.path.expanduser(cache_dir) if cache_dir else None
         self._starts: list[int] = [0]      # KV length at each chunk boundary
         self._cum: list[float] = [0.0]     # seconds spent to reach each boundary
         self._grid: list[float] = [0.0]    # grid[i] = T(i * granularity)
