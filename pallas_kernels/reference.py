@@ -15,7 +15,9 @@ Two implementations with the same signature:
 - `paged_attention_reference`: gathers every page of every token's sequence and does dense
   masked softmax. Obviously right; memory grows with T * P * page_size. For tests.
 - `paged_attention_xla`: the engine's XLA backend. Walks KV in blocks of pages with an online
-  softmax, so memory stays at T * block and the loop stops at the longest visible context.
+  softmax. Prefill chunks go tile by tile (32 tokens of one sequence share each gathered KV
+  block, and a tile stops at its own causal frontier); decodes go together (one gathered block
+  per sequence per step, up to the longest decode frontier). No per-token KV gathers.
 """
 
 from __future__ import annotations
@@ -62,43 +64,112 @@ def paged_attention_reference(q, k_pages, v_pages, page_table, cu_q_lens, q_offs
 def paged_attention_xla(
     q, k_pages, v_pages, page_table, cu_q_lens, q_offsets, kv_lens, *, scale, block_pages: int = 8
 ):
-    """Online-softmax paged attention over blocks of `block_pages` pages (same contract as the reference)."""
+    """Online-softmax paged attention over blocks of `block_pages` pages (same contract as the reference).
+
+    Prefill sequences (q_len >= 2) run tile by tile (XLA_BLOCK_Q tokens of one sequence gather
+    each KV block once, up to that tile's own causal frontier); decodes (q_len == 1) run
+    together, one gathered KV block per sequence per step, up to the longest decode frontier.
+    """
     T, H, Dh = q.shape
     _, page, KVH, _ = k_pages.shape
-    G = H // KVH
     S, P = page_table.shape
     bp = min(block_pages, P)
     n_cols = -(-P // bp) * bp
     table = jnp.pad(page_table, ((0, 0), (0, n_cols - P)))  # table: i32[S, nb*bp] (pad pages masked out)
-    block = bp * page
-    seq, limit = _token_rows(cu_q_lens, q_offsets, kv_lens, T)
-    qg = q.reshape(T, KVH, G, Dh).astype(jnp.float32) * scale  # qg: f32[T, KVH, G, Dh]
-    n_blocks = (jnp.max(limit) + block - 1) // block  # stop at the longest visible context
+    kv_lens = jnp.clip(kv_lens, 0, P * page)
+    qg = q.reshape(T, KVH, H // KVH, Dh).astype(jnp.float32) * scale  # qg: f32[T, KVH, G, Dh]
+    q_len = cu_q_lens[1:] - cu_q_lens[:-1]
+    seq, _ = _token_rows(cu_q_lens, q_offsets, kv_lens, T)
+    out_p, lse_p = _xla_prefill_tiles(qg, k_pages, v_pages, table, cu_q_lens, q_offsets, kv_lens, bp)
+    out_d, lse_d = _xla_decodes(qg, k_pages, v_pages, table, cu_q_lens, q_offsets, kv_lens, bp)
+    real = jnp.arange(T) < cu_q_lens[S]
+    pre = (real & (q_len[seq] >= 2))[:, None, None]  # pre: bool[T, 1, 1]
+    dec = (real & (q_len[seq] == 1))[:, None, None]
+    out = jnp.where(pre[..., None], out_p, jnp.where(dec[..., None], out_d[seq], 0.0))
+    lse = jnp.where(pre, lse_p, jnp.where(dec, lse_d[seq], NEG_INF))
+    return out.reshape(T, H, Dh).astype(q.dtype), lse.reshape(T, H)
 
-    def body(b, carry):
-        m, l, acc = carry  # m, l: f32[T, KVH, G]; acc: f32[T, KVH, G, Dh]
-        cols = jax.lax.dynamic_slice_in_dim(table, b * bp, bp, axis=1)  # cols: i32[S, bp]
-        tok_pages = cols[seq]  # tok_pages: i32[T, bp]
-        k = k_pages[tok_pages].reshape(T, block, KVH, Dh).astype(jnp.float32)  # k: f32[T, block, KVH, Dh]
-        v = v_pages[tok_pages].reshape(T, block, KVH, Dh).astype(jnp.float32)
-        s = jnp.einsum("tkgd,tjkd->tkgj", qg, k)  # s: f32[T, KVH, G, block]
-        mask = (b * block + jnp.arange(block))[None, :] < limit[:, None]  # mask: bool[T, block]
-        s = jnp.where(mask[:, None, None, :], s, NEG_INF)
-        m_new = jnp.maximum(m, jnp.max(s, axis=-1))
-        m_safe = jnp.where(jnp.isfinite(m_new), m_new, 0.0)
-        p = jnp.exp(s - m_safe[..., None])  # masked scores give exp(-inf) = 0
-        alpha = jnp.exp(jnp.where(jnp.isfinite(m), m - m_safe, NEG_INF))
-        l = alpha * l + jnp.sum(p, axis=-1)
-        acc = alpha[..., None] * acc + jnp.einsum("tkgj,tjkd->tkgd", p, v)
-        return m_new, l, acc
 
-    init = (
-        jnp.full((T, KVH, G), NEG_INF, jnp.float32),
-        jnp.zeros((T, KVH, G), jnp.float32),
-        jnp.zeros((T, KVH, G, Dh), jnp.float32),
-    )
-    m, l, acc = jax.lax.fori_loop(0, n_blocks, body, init)
+XLA_BLOCK_Q = 32  # query tokens per prefill tile of the XLA path
+
+
+def _online_step(carry, s, mask, v):
+    """One KV block of online softmax. s: f32[..., J] scores, mask: bool broadcastable to s,
+    v: f32[..., J, Dh] (already laid out to contract with s) -> new (m, l, acc)."""
+    m, l, acc = carry
+    s = jnp.where(mask, s, NEG_INF)
+    m_new = jnp.maximum(m, jnp.max(s, axis=-1))
+    m_safe = jnp.where(jnp.isfinite(m_new), m_new, 0.0)
+    p = jnp.exp(s - m_safe[..., None])  # masked scores give exp(-inf) = 0
+    alpha = jnp.exp(jnp.where(jnp.isfinite(m), m - m_safe, NEG_INF))
+    return m_new, alpha * l + jnp.sum(p, axis=-1), alpha[..., None] * acc + v(p)
+
+
+def _finish(m, l, acc):
     seen = l > 0.0
     out = jnp.where(seen[..., None], acc / jnp.where(seen, l, 1.0)[..., None], 0.0)
-    lse = jnp.where(seen, m + jnp.log(jnp.where(seen, l, 1.0)), NEG_INF)
-    return out.reshape(T, H, Dh).astype(q.dtype), lse.reshape(T, H)
+    return out, jnp.where(seen, m + jnp.log(jnp.where(seen, l, 1.0)), NEG_INF)
+
+
+def _xla_prefill_tiles(qg, k_pages, v_pages, table, cu_q_lens, q_offsets, kv_lens, bp):
+    """Sequences with q_len >= 2, one tile of BQ tokens at a time -> (f32[T, KVH, G, Dh], f32[T, KVH, G])."""
+    T, KVH, G, Dh = qg.shape
+    page = k_pages.shape[1]
+    BQ, block = XLA_BLOCK_Q, bp * page
+    q_len = cu_q_lens[1:] - cu_q_lens[:-1]
+    n_tiles = jnp.where(q_len >= 2, (q_len + BQ - 1) // BQ, 0)  # n_tiles: i32[S]
+    t_end = jnp.cumsum(n_tiles)
+    q_pad = jnp.pad(qg, ((0, BQ), (0, 0), (0, 0), (0, 0)))  # a tile may run past T
+    init = (jnp.zeros((T + BQ, KVH, G, Dh), jnp.float32), jnp.full((T + BQ, KVH, G), NEG_INF, jnp.float32))
+
+    def tile(i, carry):
+        out, lse = carry
+        s = jnp.searchsorted(t_end, i, side="right")
+        k0 = (i - (t_end[s] - n_tiles[s])) * BQ  # local index of the tile's first token
+        tok0 = cu_q_lens[s] + k0
+        qt = jax.lax.dynamic_slice_in_dim(q_pad, tok0, BQ)  # qt: f32[BQ, KVH, G, Dh]
+        lim = jnp.clip(q_offsets[s] + k0 + jnp.arange(BQ) + 1, 0, kv_lens[s])  # lim: i32[BQ]
+        row = table[s]
+
+        def block_step(b, c):
+            cols = jax.lax.dynamic_slice_in_dim(row, b * bp, bp)  # cols: i32[bp]
+            k = k_pages[cols].reshape(block, KVH, Dh).astype(jnp.float32)  # k: f32[block, KVH, Dh]
+            v = v_pages[cols].reshape(block, KVH, Dh).astype(jnp.float32)
+            sc = jnp.einsum("qkgd,jkd->qkgj", qt, k)  # sc: f32[BQ, KVH, G, block]
+            mask = (b * block + jnp.arange(block))[None, :] < lim[:, None]  # mask: bool[BQ, block]
+            return _online_step(c, sc, mask[:, None, None, :], lambda p: jnp.einsum("qkgj,jkd->qkgd", p, v))
+
+        c0 = (jnp.full((BQ, KVH, G), NEG_INF, jnp.float32), jnp.zeros((BQ, KVH, G), jnp.float32),
+              jnp.zeros((BQ, KVH, G, Dh), jnp.float32))
+        o_t, lse_t = _finish(*jax.lax.fori_loop(0, (jnp.max(lim) + block - 1) // block, block_step, c0))
+        mine = (jnp.arange(BQ) < q_len[s] - k0)[:, None, None]  # rows past the sequence keep old values
+        o_t = jnp.where(mine[..., None], o_t, jax.lax.dynamic_slice_in_dim(out, tok0, BQ))
+        lse_t = jnp.where(mine, lse_t, jax.lax.dynamic_slice_in_dim(lse, tok0, BQ))
+        return (jax.lax.dynamic_update_slice_in_dim(out, o_t, tok0, 0),
+                jax.lax.dynamic_update_slice_in_dim(lse, lse_t, tok0, 0))
+
+    out, lse = jax.lax.fori_loop(0, t_end[-1], tile, init)
+    return out[:T], lse[:T]
+
+
+def _xla_decodes(qg, k_pages, v_pages, table, cu_q_lens, q_offsets, kv_lens, bp):
+    """Sequences with q_len == 1, all at once -> per sequence (f32[S, KVH, G, Dh], f32[S, KVH, G])."""
+    T, KVH, G, Dh = qg.shape
+    S = kv_lens.shape[0]
+    page = k_pages.shape[1]
+    block = bp * page
+    q_len = cu_q_lens[1:] - cu_q_lens[:-1]
+    qd = qg[jnp.clip(cu_q_lens[:-1], 0, T - 1)]  # qd: f32[S, KVH, G, Dh]
+    lim = jnp.where(q_len == 1, jnp.clip(q_offsets + 1, 0, kv_lens), 0)  # lim: i32[S]
+
+    def block_step(b, c):
+        cols = jax.lax.dynamic_slice_in_dim(table, b * bp, bp, axis=1)  # cols: i32[S, bp]
+        k = k_pages[cols].reshape(S, block, KVH, Dh).astype(jnp.float32)  # k: f32[S, block, KVH, Dh]
+        v = v_pages[cols].reshape(S, block, KVH, Dh).astype(jnp.float32)
+        sc = jnp.einsum("skgd,sjkd->skgj", qd, k)  # sc: f32[S, KVH, G, block]
+        mask = (b * block + jnp.arange(block))[None, :] < lim[:, None]  # mask: bool[S, block]
+        return _online_step(c, sc, mask[:, None, None, :], lambda p: jnp.einsum("skgj,sjkd->skgd", p, v))
+
+    c0 = (jnp.full((S, KVH, G), NEG_INF, jnp.float32), jnp.zeros((S, KVH, G), jnp.float32),
+          jnp.zeros((S, KVH, G, Dh), jnp.float32))
+    return _finish(*jax.lax.fori_loop(0, (jnp.max(lim) + block - 1) // block, block_step, c0))
