@@ -41,6 +41,10 @@ class SchedulerConfig:
     """Largest prefill chunk the time-budget packer schedules."""
     accept_within: float = 0.1
     """Stop the chunk binary search once a chunk's predicted time is within this fraction of the budget."""
+    multi_prefill: bool = True
+    """Multi-prefill batching: after the first prefill chunk, keep adding others while the batch is
+    predicted under multi_prefill_fraction * t_target. Off: one prefill per batch (the paper's
+    EDF/LRS baselines)."""
     multi_prefill_fraction: float = 0.9
     """Keep adding prefills to a batch while its predicted time is below this fraction of t_target."""
     long_threshold: int = 262144

@@ -37,7 +37,7 @@ class TimeBudgetPacker:
     def pack_prefills(self, sched, batch: ScheduledBatch, now: float) -> None:
         cfg = sched.config
         t_target = sched.t_target
-        multi_limit = cfg.multi_prefill_fraction * t_target
+        multi_limit = cfg.multi_prefill_fraction * t_target if cfg.multi_prefill else 0.0
         chunk_kw = dict(granularity=cfg.chunk_granularity, min_chunk=cfg.min_chunk,
                         max_chunk=cfg.max_chunk, accept_within=cfg.accept_within)
         cost = self.predictor.batch_cost()
