@@ -126,10 +126,12 @@ def simulate(scheduler: Scheduler, specs: list[RequestSpec], device, *, horizon:
 
 def _sample(scheduler: Scheduler, samplers: list[Request], now: float, stats: dict[str, TokenStats]) -> None:
     """What the engine does with a batch's sampled tokens when they arrive."""
+    running = RequestStatus.RUNNING
     for req in samplers:
-        if req.is_finished or req.num_computed_tokens != req.num_tokens:
+        out = req.output_token_ids
+        if req.status is not running or req.num_computed_tokens != len(req.prompt_token_ids) + len(out):
             continue  # finished, or preempted meanwhile: the token is recomputed later
-        req.output_token_ids.append(0)
+        out.append(0)
         st = stats.get(req.request_id)
         if st is None:
             req.first_token_time = now
@@ -139,5 +141,5 @@ def _sample(scheduler: Scheduler, samplers: list[Request], now: float, stats: di
             if gap > st.max_gap:
                 st.max_gap = gap
             st.last = now
-        if req.num_output_tokens >= req.sampling_params.max_tokens:
+        if len(out) >= req.sampling_params.max_tokens:
             scheduler.finish(req, RequestStatus.FINISHED_LENGTH, now)

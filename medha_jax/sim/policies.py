@@ -48,6 +48,11 @@ class ShortFirstPolicy(Policy):
     def key(self, request: Request, now: float) -> float:
         return request.arrival_time + (1e12 if request.prompt_len >= self.long_prompt else 0.0)
 
+    def group_and_key(self, request: Request):
+        """One group, static key (the key does not change with time): the scheduler's waiting
+        index keeps the queue sorted instead of re-sorting it every iteration."""
+        return 0, self.key(request, 0.0)
+
     def relative_slack(self, request: Request, now: float) -> float:
         return 0.0
 

@@ -7,7 +7,13 @@
           command fits one to a real device; its held-out error is reported
 
 Either way the predictor returns an iteration's *latency* (what the time budget t_target bounds:
-with SPP a decode's next token needs the whole pipeline). Pure Python.
+with SPP a decode's next token needs the whole pipeline). Its `chunk_time`, which the prefill-time
+cache (Algorithm 3) sums into "how long does this prefill take alone", returns the SPP *tick*
+instead when the device pipelines (spp > 1): a lone prefill streams one chunk per tick, so summing
+latencies would overstate every remaining-prefill estimate about spp-fold and make every long
+request look late from its arrival (LARS would then hold every short request to that lateness).
+The cache still picks each chunk as the largest whose (tick) time fits t_target, slightly larger
+chunks than the packer (which bounds latency) will run. Pure Python.
 """
 
 from __future__ import annotations
@@ -39,7 +45,8 @@ class AnalyticPredictor:
         """Nothing to learn: the predictor is the device."""
 
     def chunk_time(self, q: int, kv: int) -> float:
-        return self.perf.iteration_time(((q, kv),))
+        """Seconds a lone chunk occupies the device: its latency, or its tick under SPP."""
+        return self.perf.tick_and_latency(((q, kv),))[0]
 
     def fingerprint(self) -> str:
         return self._fp
@@ -128,15 +135,58 @@ def profile_compositions(rng: random.Random, n: int, max_kv: int, max_chunk: int
     return out
 
 
+class PipelinedPredictor:
+    """Two fitted RuntimePredictors behind one interface: iteration latency for the packer and
+    the scheduler's records, SPP tick for the prefill-time cache's `chunk_time`."""
+
+    def __init__(self, latency: RuntimePredictor, tick: RuntimePredictor):
+        self.latency, self.tick = latency, tick
+        self.key, self.fit_info = latency.key, latency.fit_info
+
+    @property
+    def coefficients(self):
+        return {"latency": self.latency.coefficients, "tick": self.tick.coefficients}
+
+    @property
+    def correction(self):
+        return self.latency.correction
+
+    def predict_raw(self, comp) -> float:
+        return self.latency.predict_raw(comp)
+
+    def predict(self, comp) -> float:
+        return self.latency.predict(comp)
+
+    def observe(self, comp, measured: float) -> None:
+        self.latency.observe(comp, measured)
+
+    def batch_cost(self):
+        return self.latency.batch_cost()
+
+    def chunk_time(self, q: int, kv: int) -> float:
+        return self.tick.chunk_time(q, kv)
+
+    def fingerprint(self) -> str:
+        return fingerprint({"latency": self.latency.fingerprint(), "tick": self.tick.fingerprint()})
+
+    def mape(self, samples, **kw) -> float:
+        return self.latency.mape(samples, **kw)
+
+
 def fit_predictor(device, *, seed: int = 0, n_train: int = 600, n_test: int = 300, max_kv: int = 1 << 20,
-                  max_chunk: int = 8192) -> tuple[RuntimePredictor, dict]:
-    """A RuntimePredictor fitted to `device.latency` on sampled compositions; returns it and
-    {'train_mape', 'test_mape', 'samples'} (errors as fractions, on held-out compositions)."""
+                  max_chunk: int = 8192):
+    """A RuntimePredictor fitted to `device` on sampled compositions (a PipelinedPredictor of two
+    when the device pipelines); returns it and {'train_mape', 'test_mape', 'samples'} (errors as
+    fractions, of the latency model, on held-out compositions)."""
     rng = random.Random(seed)
     train = profile_compositions(rng, n_train, max_kv, max_chunk)
     test = profile_compositions(rng, n_test, max_kv, max_chunk)
-    samples = [(c, device.latency(c.seqs)) for c in train]
-    pred = RuntimePredictor.fit(samples)
-    held = [(c, device.latency(c.seqs)) for c in test]
+    timed = [(c, device.run(c.seqs)) for c in train]
+    pred = RuntimePredictor.fit([(c, lat) for c, (_, lat) in timed])
+    held = [(c, device.run(c.seqs)[1]) for c in test]
     info = {"train_mape": pred.fit_info["train_mape"], "test_mape": pred.mape(held), "samples": n_train}
+    if getattr(device, "depth", 1) > 1:
+        tick = RuntimePredictor.fit([(c, t) for c, (t, _) in timed])
+        info["tick_train_mape"] = tick.fit_info["train_mape"]
+        pred = PipelinedPredictor(pred, tick)
     return pred, info

@@ -20,15 +20,21 @@ def test_batch_cost_matches_the_model(kvp):
     cost.add(512, 1000)
     assert cost.time() == pytest.approx(perf.iteration_time(decodes + [(512, 1000)]))
     assert pred.predict(Composition.of(decodes)) == pytest.approx(perf.iteration_time(decodes))
-    assert pred.chunk_time(256, 0) == pytest.approx(perf.iteration_time([(256, 0)]))
+    # a lone chunk streams through the SPP pipeline: the prefill-time cache is given its tick
+    assert pred.chunk_time(256, 0) == pytest.approx(perf.stage_time([(256, 0)]))
+    assert pred.chunk_time(256, 0) < perf.iteration_time([(256, 0)])
     assert len(pred.fingerprint()) == 16
 
 
 def test_fitted_predictor_is_close_on_held_out_iterations():
     device = AnalyticDevice(AnalyticPerfModel(LLAMA3_8B, A100_80GB, tp=8, spp=2))
     pred, info = fit_predictor(device, seed=3)
-    assert info["test_mape"] < 0.10
-    assert all(v >= 0 for v in pred.coefficients.values())
+    assert info["test_mape"] < 0.10 and info["tick_train_mape"] < 0.10
+    comp = Composition.of([(1, 5000)] * 20 + [(512, 0)])
+    assert pred.predict(comp) == pytest.approx(device.latency(comp.seqs), rel=0.15)
+    assert pred.chunk_time(4096, 100_000) == pytest.approx(device.run([(4096, 100_000)])[0], rel=0.15)
+    serial, _ = fit_predictor(AnalyticDevice(AnalyticPerfModel(LLAMA3_8B, A100_80GB, tp=8)), seed=3)
+    assert all(v >= 0 for v in serial.coefficients.values())
 
 
 def test_prefill_alone_streams_through_spp():

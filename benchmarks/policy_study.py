@@ -1,0 +1,231 @@
+"""Policy study: every compared policy at 0.25-1.75 QPS with 0%, 1% and 5% long requests, plus each
+policy's capacity, on the modelled Llama-3 8B / 16 x A100 TP8-SPP2 deployment of Medha 6.2 / 6.4.
+
+  python benchmarks/policy_study.py            (about an hour on 2 cores; --quick: a few minutes)
+
+  (mix, qps, policy) grid --2 worker processes, each its own Experiment-->
+      medha_jax.sim: generated workload (seed fixed) -> real Scheduler on a simulated clock
+  --> benchmarks/results/policy_study/: report.md (tables, capacity, paper-vs-ours ratios, simulator
+      speed), results.json, ttft_cdf_*.png (Medha Fig. 9), ttft_over_time_*.png (Fig. 1b),
+      miss_rate_vs_qps_*.png, tpot_vs_qps.png, capacity.png
+
+Deterministic: the same command gives the same numbers (wall-clock times aside).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from medha_jax.sim.capacity import capacity  # noqa: E402
+from medha_jax.sim.experiment import Experiment  # noqa: E402
+from medha_jax.sim.policies import POLICIES  # noqa: E402
+from medha_jax.sim.profiles import load_profile  # noqa: E402
+from medha_jax.sim.report import markdown_table, plot_lines, plot_ttft_cdfs, plot_ttft_over_time, to_json  # noqa: E402
+from medha_jax.sim.workload import WorkloadSpec, generate  # noqa: E402
+
+DEVICE = "llama3-8b-a100x16-tp8-spp2"
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "policy_study")
+MIXES = (0.0, 0.01, 0.05)
+QPS = (0.25, 0.75, 1.25, 1.75)
+CDF_POINTS = {(0.05, 0.25), (0.05, 0.75), (0.05, 1.75), (0.01, 0.75), (0.0, 1.75)}
+OVER_TIME = (0.05, 0.75)
+SEED = 0
+
+_EXP: Experiment | None = None
+
+
+def _exp() -> Experiment:
+    global _EXP
+    if _EXP is None:
+        _EXP = Experiment(load_profile(DEVICE), seed=SEED)
+    return _EXP
+
+
+class _Light:
+    """What the parent needs from a run for the plots (picklable, small)."""
+
+    def __init__(self, run):
+        self.outcomes = run.outcomes
+
+
+def _one(task):
+    mix, qps, policy, duration, keep = task
+    exp = _exp()
+    t0 = time.perf_counter()
+    run = exp.run(policy, generate(WorkloadSpec(qps=qps, duration=duration, long_fraction=mix, seed=SEED)),
+                  horizon=duration)
+    wall = time.perf_counter() - t0
+    return (mix, qps, policy, run.summary, wall, run.result.iterations, _Light(run) if keep else None)
+
+
+def _capacity(task):
+    mix, policy, duration, hi = task
+    return mix, policy, capacity(_exp(), policy, WorkloadSpec(duration=duration, long_fraction=mix, seed=SEED),
+                                 lo=0.05, hi=hi, rel_tol=0.1)
+
+
+def _fmt(x, d=2):
+    return "-" if x is None or (isinstance(x, float) and (math.isnan(x) or math.isinf(x))) else f"{x:.{d}f}"
+
+
+def _ratio(a, b):
+    return a / b if a and b and not (math.isnan(a) or math.isnan(b)) else float("nan")
+
+
+def paper_comparison(res) -> str:
+    """The paper's headline ratios next to ours (computed from this run's results)."""
+    def g(mix, qps, pol, cls, m):
+        return res.get((mix, qps, pol), {}).get(cls, {}).get(m, float("nan"))
+
+    rows = [
+        ("Medha Fig. 1a / 6.2: LoongServe / Medha, P50 TTFT (all requests), 5% long, 0.75 QPS", "30x",
+         _ratio(g(0.05, 0.75, "loongserve", "all", "ttft_p50"), g(0.05, 0.75, "medha", "all", "ttft_p50"))),
+        ("Medha Fig. 1a: LoongServe / Medha, P90 TTFT (all), 5% long, 0.75 QPS", "174x",
+         _ratio(g(0.05, 0.75, "loongserve", "all", "ttft_p90"), g(0.05, 0.75, "medha", "all", "ttft_p90"))),
+        ("Medha 6.4: LoongServe / Medha, P50 TTFT (all), 1% long, 0.75 QPS", "8x",
+         _ratio(g(0.01, 0.75, "loongserve", "all", "ttft_p50"), g(0.01, 0.75, "medha", "all", "ttft_p50"))),
+        ("Medha Fig. 13: LARS (one prefill per batch) / Medha, P50 TTFT (all), 5% long, 1.75 QPS", "1.6-1.8x",
+         _ratio(g(0.05, 1.75, "lars", "all", "ttft_p50"), g(0.05, 1.75, "medha", "all", "ttft_p50"))),
+        ("Medha Fig. 13: EDF / FCFS (Sarathi-512), P50 TTFT (all), 5% long, 1.75 QPS ('EDF resembles FCFS')", "~1x",
+         _ratio(g(0.05, 1.75, "edf", "all", "ttft_p50"), g(0.05, 1.75, "sarathi-512", "all", "ttft_p50"))),
+        ("Medha 6.4 / Fig. 1a: Medha P90 TTFT (all), 5% long, 0.75 QPS", "< 10 s",
+         g(0.05, 0.75, "medha", "all", "ttft_p90")),
+        ("Medha Fig. 10: Sarathi-2048 P99 TPOT, 5% long, 1.75 QPS", "up to ~1 s",
+         g(0.05, 1.75, "sarathi-2048", "all", "tpot_p99")),
+    ]
+    lines = ["| claim | paper | ours |", "|---|---|---|"]
+    for claim, paper, ours in rows:
+        lines.append(f"| {claim} | {paper} | {_fmt(ours)} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="15-minute traces, two QPS points, no capacity search")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--out", default=OUT)
+    args = ap.parse_args(argv)
+    duration = 900.0 if args.quick else 3600.0
+    qps_list = (0.25, 1.75) if args.quick else QPS
+    cap_duration = 1800.0
+    os.makedirs(args.out, exist_ok=True)
+    policies = list(POLICIES)
+    tasks = [(mix, qps, pol, duration, (mix, qps) in CDF_POINTS or (mix, qps) == OVER_TIME)
+             for mix in MIXES for qps in qps_list for pol in policies]
+    tasks.sort(key=lambda t: -t[1])  # the slow, high-load runs first
+    t0 = time.perf_counter()
+    res, walls, iters, light = {}, {}, {}, {}
+    with ProcessPoolExecutor(args.workers) as pool:
+        for mix, qps, pol, summary, wall, n_iter, lt in pool.map(_one, tasks):
+            res[(mix, qps, pol)], walls[(mix, qps, pol)], iters[(mix, qps, pol)] = summary, wall, n_iter
+            if lt is not None:
+                light[(mix, qps, pol)] = lt
+            print(f"  long {mix:.0%} qps {qps} {pol}: {wall:.1f} s wall", flush=True)
+        caps = {}
+        if not args.quick:
+            cap_tasks = [(mix, pol, cap_duration, 2.5) for mix in MIXES for pol in policies]
+            for mix, pol, c in pool.map(_capacity, cap_tasks):
+                caps[(mix, pol)] = c
+                print(f"  capacity long {mix:.0%} {pol}: {c['qps']:.3f} QPS", flush=True)
+    total = time.perf_counter() - t0
+
+    exp = _exp()
+    loads = {(mix, qps): exp.offered_load(generate(WorkloadSpec(qps=qps, duration=duration, long_fraction=mix,
+                                                                seed=SEED)), duration)
+             for mix in MIXES for qps in qps_list}
+    _plots(args.out, res, light, caps, qps_list, policies)
+    _report(args.out, res, walls, iters, caps, loads, qps_list, policies, duration, cap_duration, total, args)
+    to_json(os.path.join(args.out, "results.json"), {
+        "device": exp.profile.describe(), "predictor": exp.predictor_info, "duration_s": duration,
+        "runs": [{"long_fraction": m, "qps": q, "policy": p, "summary": s, "wall_s": walls[(m, q, p)],
+                  "iterations": iters[(m, q, p)]} for (m, q, p), s in sorted(res.items())],
+        "capacity": [{"long_fraction": m, "policy": p, **c} for (m, p), c in sorted(caps.items())],
+        "offered_prefill_load": [{"long_fraction": m, "qps": q, **v} for (m, q), v in sorted(loads.items())],
+    })
+    print(f"wrote {args.out} in {total:.0f} s")
+    return 0
+
+
+def _plots(out, res, light, caps, qps_list, policies):
+    for (mix, qps) in sorted(CDF_POINTS):
+        runs = {p: light[(mix, qps, p)] for p in policies if (mix, qps, p) in light}
+        if runs:
+            plot_ttft_cdfs(runs, os.path.join(out, f"ttft_cdf_long{mix:.0%}_qps{qps}.png".replace("%", "pct")),
+                           f"TTFT CDF, {mix:.0%} long, {qps} QPS (Llama-3 8B, 16 x A100, TP8-SPP2, modelled)")
+    mix, qps = OVER_TIME
+    runs = {p: light[(mix, qps, p)] for p in ("loongserve", "sarathi-512", "edf", "medha", "pecsched")
+            if (mix, qps, p) in light}
+    if runs:
+        plot_ttft_over_time(runs, os.path.join(out, f"ttft_over_time_long{mix:.0%}_qps{qps}.png".replace("%", "pct")),
+                            f"TTFT over time, {mix:.0%} long, {qps} QPS")
+    for mix in MIXES:
+        tag = f"{mix:.0%}".replace("%", "pct")
+        series = {p: [res[(mix, q, p)]["all"]["deadline_miss_rate"] * 100 for q in qps_list] for p in policies}
+        plot_lines(list(qps_list), series, os.path.join(out, f"miss_rate_vs_qps_long{tag}.png"), "QPS",
+                   "TTFT deadline misses (%)", f"deadline misses, {mix:.0%} long")
+        series = {p: [max(res[(mix, q, p)]["short"]["ttft_p50"], 1e-3) for q in qps_list] for p in policies}
+        plot_lines(list(qps_list), series, os.path.join(out, f"short_ttft_p50_vs_qps_long{tag}.png"), "QPS",
+                   "short-request P50 TTFT (s)", f"short requests, {mix:.0%} long", logy=True)
+    series = {p: [res[(0.05, q, p)]["all"]["tpot_p50"] * 1e3 for q in qps_list] for p in policies}
+    plot_lines(list(qps_list), series, os.path.join(out, "tpot_vs_qps.png"), "QPS", "P50 TPOT (ms)",
+               "TPOT, 5% long", logy=True)
+    if caps:
+        series = {p: [caps[(m, p)]["qps"] for m in MIXES] for p in policies}
+        plot_lines([m * 100 for m in MIXES], series, os.path.join(out, "capacity.png"), "long requests (%)",
+                   "capacity: highest QPS with < 1% misses", "capacity")
+
+
+def _report(out, res, walls, iters, caps, loads, qps_list, policies, duration, cap_duration, total, args):
+    exp = _exp()
+    lines = [
+        "# Policy study (generated by `python benchmarks/policy_study.py`; do not edit by hand)",
+        "",
+        f"Device: modelled {exp.profile.name} (analytic roofline model, medha_jax/hardware; docs/simulator.md). "
+        f"Scheduler predictor: {exp.predictor_info}. Workload: ShareGPT4-like shorts + long requests uniform in "
+        f"128K-1M tokens, Poisson arrivals, seed {SEED}, {duration:.0f} s of arrivals; the simulation stops at "
+        f"{duration:.0f} s (requests without a first token by then are counted, not dropped). TTFT deadline "
+        f"D = max(1.5 x prefill alone, 0.5 s), the same for every policy. Time budget t_target = 50 ms.",
+        "",
+        "Columns: TTFT over requests that got a first token; 'first token' = how many did; deadline misses over "
+        "requests whose deadline is decided at the horizon; TPOT over all requests with >= 2 tokens.",
+        "",
+        "## Offered prefill load (prefill work alone per second of device time; > 1 cannot be served)",
+        "",
+        "| long % | " + " | ".join(f"{q} QPS" for q in qps_list) + " |",
+        "|---|" + "---|" * len(qps_list),
+    ]
+    for mix in MIXES:
+        lines.append(f"| {mix:.0%} | " + " | ".join(_fmt(loads[(mix, q)]["all"]) for q in qps_list) + " |")
+    for mix in MIXES:
+        for q in qps_list:
+            lines += ["", f"## {mix:.0%} long, {q} QPS", "",
+                      markdown_table({p: res[(mix, q, p)] for p in policies})]
+    if caps:
+        lines += ["", f"## Capacity: highest QPS with < 1% TTFT deadline misses ({cap_duration:.0f} s traces, "
+                      f"bisection to 10%, searched in [0.05, 2.5])", "",
+                  "| policy | " + " | ".join(f"{m:.0%} long" for m in MIXES) + " |", "|---|" + "---|" * len(MIXES)]
+        for p in policies:
+            lines.append(f"| {p} | " + " | ".join(
+                (">= " if caps[(m, p)].get("bounded_above") else "") + _fmt(caps[(m, p)]["qps"]) for m in MIXES) + " |")
+    lines += ["", "## The paper's ratios next to ours", "", paper_comparison(res), "",
+              "Why they differ: docs/simulator.md, section 'Policy study: where we differ from the paper'.", "",
+              "## Simulator speed", "",
+              f"Whole study: {total:.0f} s wall with {args.workers} worker processes on this machine. One hour of "
+              f"trace at 1.75 QPS, 5% long:"]
+    for p in policies:
+        k = (0.05, 1.75, p)
+        if k in walls:
+            lines.append(f"- {p}: {walls[k]:.1f} s wall, {iters[k]} iterations")
+    with open(os.path.join(out, "report.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
