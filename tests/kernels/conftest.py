@@ -19,6 +19,10 @@ import numpy as np
 import pytest
 
 TOL = {jnp.float32: 1e-4, jnp.bfloat16: 2e-2}
+# Kernel and reference each round their bf16 output once, so they may differ by one bf16 ulp
+# (2^-7 of the value) on top of the absolute tolerance; it matters only where |out| > 1 (rows that
+# see a handful of keys). f32 outputs are compared with the absolute tolerance alone.
+RTOL = {jnp.float32: 0.0, jnp.bfloat16: 2.0**-7}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,7 +83,7 @@ def assert_attention_close(got, want, dtype):
     np.testing.assert_array_equal(np.isneginf(lse), np.isneginf(ref_lse))
     finite = np.isfinite(ref_lse)
     np.testing.assert_allclose(lse[finite], ref_lse[finite], atol=tol, rtol=0)
-    np.testing.assert_allclose(out, ref_out, atol=tol, rtol=0)
+    np.testing.assert_allclose(out, ref_out, atol=tol, rtol=RTOL[dtype])
     assert (out[~finite] == 0).all()
 
 

@@ -31,3 +31,16 @@ def test_interpret_small_checks_pass_and_write_report(bench, tmp_path):
     assert report["mode"] == "interpret" and len(report["checks"]) == 4
     assert all(c["ok"] for c in report["checks"])
     assert "# Paged-attention kernels on" in next(tmp_path.glob("kernels_*.md")).read_text()
+
+
+@pytest.mark.slow
+def test_interpret_timing_code_paths_run(bench, tmp_path):
+    """The timing code on tiny shapes: our kernels and the in-tree peers in interpret mode; cuDNN
+    (GPU only) is recorded as an error, never a crash."""
+    assert bench.main(["--interpret", "--small", "--timings", "--out", str(tmp_path), "--seed", "6"]) == 0
+    report = json.loads(next(tmp_path.glob("kernels_*.json")).read_text())
+    kinds = {c["kind"]: c for c in report["cases"]}
+    assert set(kinds) == {"prefill", "decode", "hybrid"}
+    assert {"ours_prefill", "ours_pod"} <= set(kinds["prefill"]["ms"])
+    assert {"ours_decode", "ours_pod", "intree_gqa", "intree_paged"} <= set(kinds["decode"]["ms"])
+    assert {"ours_pod", "serial_ours"} <= set(kinds["hybrid"]["ms"]) and "fusion_speedup" in kinds["hybrid"]
