@@ -82,12 +82,14 @@ def decode_attention(q, k_pages, v_pages, page_table, cu_q_lens, q_offsets, kv_l
                      config: KernelConfig = DEFAULT_CONFIG, interpret: bool | None = None,
                      splits: int | None = None):
     """Contract signature for decode batches (one query token per sequence)."""
+    metadata.check_shapes(q, k_pages, v_pages)
     T, H, Dh = q.shape
     N, page_size, KVH, _ = k_pages.shape
     G = H // KVH
     tiles = config.tiles(G, page_size)
-    splits = config.max_decode_splits if splits is None else splits
     table = metadata.pad_page_table(page_table, num_pages=N, block_pages=tiles.block_pages)
+    max_blocks = table.shape[1] // tiles.block_pages  # no split can start past the table's end
+    splits = min(config.max_decode_splits if splits is None else splits, max_blocks)
     kv_lens = metadata.clamp_kv_lens(kv_lens, max_pages=page_table.shape[1], page_size=page_size)
     cu_q_lens = cu_q_lens.astype(jnp.int32)
     o_part, lse_part = decode_call(

@@ -18,6 +18,17 @@ def cdiv(a, b):
     return (a + b - 1) // b
 
 
+def check_shapes(q, k_pages, v_pages):
+    """Shapes the Triton kernels accept: H a multiple of KVH, power-of-two head dim."""
+    T, H, Dh = q.shape
+    N, page, KVH, Dk = k_pages.shape
+    if v_pages.shape != k_pages.shape or Dk != Dh or H % KVH:
+        raise ValueError(f"q {q.shape}, k_pages {k_pages.shape}, v_pages {v_pages.shape}: need "
+                         "k/v pages [N, page, KVH, Dh] with H a multiple of KVH")
+    if Dh & (Dh - 1) or Dh < 16:
+        raise ValueError(f"head dim {Dh} must be a power of two >= 16 (Triton block shapes)")
+
+
 def pad_page_table(page_table, *, num_pages: int, block_pages: int):
     """i32[S, P] -> i32[S, P'] with P' a multiple of block_pages and every id in [0, num_pages)."""
     S, P = page_table.shape

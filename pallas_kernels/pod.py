@@ -102,6 +102,7 @@ def pod_attention(q, k_pages, v_pages, page_table, cu_q_lens, q_offsets, kv_lens
 
     `plan` (from `pod_plan` on the same metadata and config) skips rebuilding the work lists.
     """
+    metadata.check_shapes(q, k_pages, v_pages)
     T, H, Dh = q.shape
     N, page_size, KVH, _ = k_pages.shape
     tiles = config.tiles(H // KVH, page_size)

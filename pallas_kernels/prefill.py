@@ -62,11 +62,13 @@ def prefill_call(launch_rows, table, q, k_pages, v_pages, *, num_slots: int, til
 def prefill_attention(q, k_pages, v_pages, page_table, cu_q_lens, q_offsets, kv_lens, *, scale,
                       config: KernelConfig = DEFAULT_CONFIG, interpret: bool | None = None):
     """Contract signature; every sequence (decodes too, as 1-token tiles) runs as prefill tiles."""
+    metadata.check_shapes(q, k_pages, v_pages)
     T, H, Dh = q.shape
     N, page_size, KVH, _ = k_pages.shape
     tiles = config.tiles(H // KVH, page_size)
     table = metadata.pad_page_table(page_table, num_pages=N, block_pages=tiles.block_pages)
     kv_lens = metadata.clamp_kv_lens(kv_lens, max_pages=page_table.shape[1], page_size=page_size)
+    cu_q_lens, q_offsets = cu_q_lens.astype(jnp.int32), q_offsets.astype(jnp.int32)
     work = worklist.prefill_work(cu_q_lens, q_offsets, kv_lens, num_tokens=T, kv_heads=KVH,
                                  tiles=tiles, config=config, min_len=1)
     o_rows, lse_rows = prefill_call(

@@ -67,3 +67,12 @@ def test_plan_built_once_serves_every_layer(make_batch, seqs, check, run):
     check(one, run(api.paged_attention_reference, args, scale=0.125), jnp.float32)
     check(two, run(api.paged_attention_reference, (q, k2, v2, table, cu, qoff, kv), scale=0.125),
           jnp.float32)
+
+
+def test_shapes_the_kernels_cannot_take_are_rejected(make_batch, Seq):
+    q, k, v, *meta = make_batch([Seq(3, 2)], H=6, KVH=4, Dh=64, page=8)
+    with pytest.raises(ValueError, match="multiple of KVH"):
+        api.pod_attention(q, k, v, *meta, scale=1.0, interpret=True)
+    q, k, v, *meta = make_batch([Seq(3, 2)], H=4, KVH=2, Dh=48, page=8)
+    with pytest.raises(ValueError, match="power of two"):
+        api.prefill_attention(q, k, v, *meta, scale=1.0, interpret=True)
