@@ -2,7 +2,7 @@
 
   flags --> workload (--trace CSV, or generator: --qps --duration --long-fraction --arrival --seed)
         --> Profile (--device preset | mesh spec | measured .json | linear:s_per_token)
-        --> Experiment (--predictor fitted|exact, --t-target, deadlines)
+        --> Experiment (runtime predictor fitted to the device, --t-target, deadlines)
         --> for each --policies: simulate --> table (stdout), summary.json, table.md, PNGs in --out
         --> optional --capacity: highest QPS with < 1% deadline misses per policy
 
@@ -44,8 +44,6 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--kv-tokens", type=int, help="KV tokens per kvp group (default: from the device's memory)")
     s = p.add_argument_group("scheduling")
     s.add_argument("--policies", default=",".join(POLICIES), help=f"comma-separated, from: {', '.join(POLICIES)}")
-    s.add_argument("--predictor", choices=("fitted", "exact"), default="fitted",
-                   help="scheduler's runtime predictor: fitted to the device (like the profile command) or the exact model")
     s.add_argument("--t-target", type=float, default=0.05, help="iteration time budget (s) of the time-budget policies")
     s.add_argument("--deadline-k", type=float, default=1.5, help="derived TTFT deadline = max(k * prefill alone, min)")
     s.add_argument("--deadline-min", type=float, default=0.5, help="smallest derived TTFT deadline (s)")
@@ -85,7 +83,7 @@ def _run(args) -> int:
     if not specs:
         raise ValueError("the workload has no requests (raise --qps or --duration)")
     profile = load_profile(args.device, args.kv_tokens)
-    exp = Experiment(profile, predictor=args.predictor, t_target=args.t_target, deadline_k=args.deadline_k,
+    exp = Experiment(profile, t_target=args.t_target, deadline_k=args.deadline_k,
                      deadline_min=args.deadline_min, seed=args.seed)
     print(f"device: {profile.name}; predictor: {exp.predictor_info}")
     print(f"workload: {len(specs)} requests ({sum(s.prompt_tokens >= 32768 for s in specs)} long); "

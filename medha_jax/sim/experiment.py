@@ -6,7 +6,9 @@
   policy name --SimPolicy.build(KV manager, predictor, config overrides)--> Scheduler
   Scheduler + device --simulate--> SimResult --metrics--> outcomes, summary
 
-`Experiment` caches what policies share (the fitted predictor, the reference prefill times), so a
+The scheduler's runtime predictor is a RuntimePredictor fitted to the simulated device (or the
+measured profile itself). `Experiment` caches what policies share (that predictor, the reference
+prefill times), so a
 policy sweep builds them once. Deterministic: no wall-clock or unseeded randomness reaches the
 simulated timeline. Pure Python.
 """
@@ -18,7 +20,7 @@ from dataclasses import dataclass, replace
 from medha_jax.sim.driver import SimResult, simulate
 from medha_jax.sim.metrics import offered_load, request_outcomes, summarize
 from medha_jax.sim.policies import get_policy
-from medha_jax.sim.predictors import AnalyticPredictor, fit_predictor
+from medha_jax.sim.predictors import fit_predictor
 from medha_jax.sim.profiles import Profile
 from medha_jax.sim.workload import RequestSpec
 
@@ -32,19 +34,13 @@ class PolicyRun:
 
 
 class Experiment:
-    def __init__(self, profile: Profile, *, predictor: str = "fitted", t_target: float = 0.05,
-                 deadline_k: float = 1.5, deadline_min: float = 0.5, seed: int = 0, config: dict | None = None):
-        if predictor not in ("fitted", "exact"):
-            raise ValueError(f"predictor must be 'fitted' or 'exact', got {predictor!r}")
-        if predictor == "exact" and profile.perf is None:
-            raise ValueError(f"profile {profile.name} has no analytic model: use predictor='fitted'")
+    def __init__(self, profile: Profile, *, t_target: float = 0.05, deadline_k: float = 1.5,
+                 deadline_min: float = 0.5, seed: int = 0, config: dict | None = None):
         self.profile = profile
         self.t_target = t_target
         self.deadline_k, self.deadline_min = deadline_k, deadline_min
         self.config = {"t_target": t_target, "deadline_k": deadline_k, "deadline_min": deadline_min, **(config or {})}
-        if predictor == "exact":
-            self.predictor, self.predictor_info = AnalyticPredictor(profile.perf), {"kind": "exact"}
-        elif hasattr(profile.device, "predictor"):  # a measured profile already is a predictor
+        if hasattr(profile.device, "predictor"):  # a measured profile already is a predictor
             self.predictor, self.predictor_info = profile.device.predictor, {"kind": "measured profile"}
         else:
             self.predictor, info = fit_predictor(profile.device, seed=seed)

@@ -6,7 +6,9 @@
 
   sarathi-512 / sarathi-2048  fcfs, fixed token budget per iteration (Sarathi-Serve, vLLM > 32K)
   loongserve                  fcfs_nonchunked: whole prompts, non-preemptive, elastic-SP cost
-  edf / lrs                   deadline order / least remaining slack, time-budget packing
+  edf / lrs                   deadline order / least remaining slack, time-budget packing, one
+                              prefill per batch (the paper's 6.4 baselines keep Medha's mechanisms
+                              but not its multi-prefill batching)
   lars                        LARS without multi-prefill batching and space sharing
   medha                       LARS + multi-prefill batching + space sharing (the scheduler's lars)
   pecsched                    short-first preemption (PecSched): short prompts always before long
@@ -86,10 +88,12 @@ POLICIES: dict[str, SimPolicy] = {p.name: p for p in [
     SimPolicy("sarathi-2048", "FCFS, 2048-token chunks (Sarathi-Serve)", _registry("fcfs", max_num_batched_tokens=2048)),
     SimPolicy("loongserve", "FCFS, whole prompts, non-preemptive, elastic SP (LoongServe-like)",
               _registry("fcfs_nonchunked"), device_kind="elastic_sp"),
-    SimPolicy("edf", "earliest TTFT deadline first, time budget", _registry("edf")),
-    SimPolicy("lrs", "least remaining slack, time budget", _registry("lrs")),
+    SimPolicy("edf", "earliest TTFT deadline first, time budget, one prefill per batch",
+              _registry("edf", multi_prefill=False, rho_max=0.0)),
+    SimPolicy("lrs", "least remaining slack, time budget, one prefill per batch",
+              _registry("lrs", multi_prefill=False, rho_max=0.0)),
     SimPolicy("lars", "LARS, one prefill per batch (no multi-prefill, no space sharing)",
-              _registry("lars", multi_prefill_fraction=1e-9, rho_max=0.0)),
+              _registry("lars", multi_prefill=False, rho_max=0.0)),
     SimPolicy("medha", "LARS + multi-prefill batching + space sharing (Medha)", _registry("lars")),
     SimPolicy("pecsched", "short-first preemptive (PecSched-style), time budget", _custom("lars", "time")),
     SimPolicy("priority", "strict non-preemptive short-first priority, whole prompts, elastic SP",

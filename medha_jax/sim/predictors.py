@@ -1,116 +1,43 @@
-"""What the scheduler believes about the device: its runtime predictor in the simulator.
+"""What the scheduler believes about the device: a RuntimePredictor fitted to the simulated device.
 
-  exact:  AnalyticPredictor(perf) - the analytic model itself behind the scheduler's predictor
-          interface (predict / predict_raw / batch_cost / chunk_time / fingerprint / observe)
-  fitted: fit_predictor(device, seed) - a RuntimePredictor (the engine's own linear model) fitted
-          by least squares to iterations timed on the simulated device, exactly as the profile
-          command fits one to a real device; its held-out error is reported
+  fit_predictor(device, seed): iterations sampled like a profile run (decode batches, lone chunks,
+  mixes; lengths log-uniform up to 1M) --timed on the simulated device--> RuntimePredictor.fit
+  (the engine's own linear model, NNLS) --> the scheduler's predictor, with its held-out error
 
-Either way the predictor returns an iteration's *latency* (what the time budget t_target bounds:
-with SPP a decode's next token needs the whole pipeline). Its `chunk_time`, which the prefill-time
-cache (Algorithm 3) sums into "how long does this prefill take alone", returns the SPP *tick*
-instead when the device pipelines (spp > 1): a lone prefill streams one chunk per tick, so summing
-latencies would overstate every remaining-prefill estimate about spp-fold and make every long
-request look late from its arrival (LARS would then hold every short request to that lateness).
-The cache still picks each chunk as the largest whose (tick) time fits t_target, slightly larger
-chunks than the packer (which bounds latency) will run. Pure Python.
+The predictor returns an iteration's *latency* (what the time budget t_target bounds: with SPP a
+decode's next token needs the whole pipeline). When the device pipelines (spp > 1) it is a
+`PipelinedPredictor`: the same latency model, plus a second fit to the SPP *tick* that its
+`chunk_time` returns. The prefill-time cache (Algorithm 3) sums `chunk_time` into "how long does
+this prefill take alone", and a lone prefill streams one chunk per tick: summing latencies would
+overstate every remaining-prefill estimate about spp-fold and make every long request look late
+from its arrival (LARS would then hold every short request to that lateness). The cache still
+picks each chunk as the largest whose (tick) time fits t_target, slightly larger chunks than the
+packer (which bounds latency) will run. Pure Python.
 """
 
 from __future__ import annotations
 
 import random
 
-from medha_jax.hardware.perf_model import AnalyticPerfModel
 from medha_jax.scheduler.predictor import RuntimePredictor
 from medha_jax.scheduler.records import Composition
 from medha_jax.sim.devices import fingerprint
 
 
-class AnalyticPredictor:
-    """The analytic model as a runtime predictor (a perfect one: the device is the same model)."""
+class PipelinedPredictor(RuntimePredictor):
+    """A RuntimePredictor of iteration latency (everything the scheduler asks, batch costs included)
+    whose `chunk_time` answers from a second model of the SPP tick."""
 
-    def __init__(self, perf: AnalyticPerfModel):
-        self.perf = perf
-        self.correction = 1.0
-        self.key = perf.name
-        self.coefficients = None
-        self._fp = fingerprint(perf.describe())
-
-    def predict_raw(self, comp) -> float:
-        return self.perf.iteration_time(getattr(comp, "seqs", comp))
-
-    predict = predict_raw
-
-    def observe(self, comp, measured: float) -> None:
-        """Nothing to learn: the predictor is the device."""
+    def __init__(self, latency: RuntimePredictor, tick: RuntimePredictor):
+        super().__init__(latency.coefficients, key=latency.key, ema_alpha=latency.ema_alpha,
+                         fit_info=latency.fit_info)
+        self.tick = tick
 
     def chunk_time(self, q: int, kv: int) -> float:
-        """Seconds a lone chunk occupies the device: its latency, or its tick under SPP."""
-        return self.perf.tick_and_latency(((q, kv),))[0]
+        return self.tick.chunk_time(q, kv)
 
     def fingerprint(self) -> str:
-        return self._fp
-
-    def batch_cost(self):
-        return _SumsCost(self.perf) if self.perf.kvp == 1 else _ListCost(self.perf)
-
-
-class _SumsCost:
-    """Running sums of a batch (kvp == 1): O(1) per added sequence and per what-if."""
-
-    __slots__ = ("perf", "T", "n", "pp", "pk", "dk")
-
-    def __init__(self, perf):
-        self.perf = perf
-        self.T = self.n = self.pp = self.pk = self.dk = 0
-
-    def add(self, q: int, kv: int) -> None:
-        self.T += q
-        self.n += 1
-        if q == 1:
-            self.dk += kv + 1
-        else:
-            self.pp += q * kv + q * (q + 1) // 2
-            self.pk += kv + q
-
-    def add_decodes(self, n: int, kv_sum: int) -> None:
-        self.T += n
-        self.n += n
-        self.dk += kv_sum + n
-
-    def time(self) -> float:
-        return self.perf.time_from_sums(self.T, self.n, self.pp, self.pk, self.dk)
-
-    def time_with(self, q: int, kv: int) -> float:
-        if q == 1:
-            return self.perf.time_from_sums(self.T + 1, self.n + 1, self.pp, self.pk, self.dk + kv + 1)
-        return self.perf.time_from_sums(self.T + q, self.n + 1, self.pp + q * kv + q * (q + 1) // 2,
-                                        self.pk + kv + q, self.dk)
-
-
-class _ListCost:
-    """kvp > 1: the split over groups needs each sequence. The packer hands decodes over as
-    (count, kv sum) only, so they are modelled as `count` decodes of the mean length."""
-
-    __slots__ = ("perf", "seqs")
-
-    def __init__(self, perf):
-        self.perf = perf
-        self.seqs: list[tuple[int, int]] = []
-
-    def add(self, q: int, kv: int) -> None:
-        self.seqs.append((q, kv))
-
-    def add_decodes(self, n: int, kv_sum: int) -> None:
-        if n:
-            base, extra = divmod(kv_sum, n)
-            self.seqs.extend((1, base + (1 if i < extra else 0)) for i in range(n))
-
-    def time(self) -> float:
-        return self.perf.iteration_time(self.seqs)
-
-    def time_with(self, q: int, kv: int) -> float:
-        return self.perf.iteration_time(self.seqs + [(q, kv)])
+        return fingerprint({"latency": super().fingerprint(), "tick": self.tick.fingerprint()})
 
 
 def profile_compositions(rng: random.Random, n: int, max_kv: int, max_chunk: int = 8192,
@@ -133,44 +60,6 @@ def profile_compositions(rng: random.Random, n: int, max_kv: int, max_chunk: int
             seqs.append((logu(16, max_chunk), kv))
         out.append(Composition(tuple(seqs)))
     return out
-
-
-class PipelinedPredictor:
-    """Two fitted RuntimePredictors behind one interface: iteration latency for the packer and
-    the scheduler's records, SPP tick for the prefill-time cache's `chunk_time`."""
-
-    def __init__(self, latency: RuntimePredictor, tick: RuntimePredictor):
-        self.latency, self.tick = latency, tick
-        self.key, self.fit_info = latency.key, latency.fit_info
-
-    @property
-    def coefficients(self):
-        return {"latency": self.latency.coefficients, "tick": self.tick.coefficients}
-
-    @property
-    def correction(self):
-        return self.latency.correction
-
-    def predict_raw(self, comp) -> float:
-        return self.latency.predict_raw(comp)
-
-    def predict(self, comp) -> float:
-        return self.latency.predict(comp)
-
-    def observe(self, comp, measured: float) -> None:
-        self.latency.observe(comp, measured)
-
-    def batch_cost(self):
-        return self.latency.batch_cost()
-
-    def chunk_time(self, q: int, kv: int) -> float:
-        return self.tick.chunk_time(q, kv)
-
-    def fingerprint(self) -> str:
-        return fingerprint({"latency": self.latency.fingerprint(), "tick": self.tick.fingerprint()})
-
-    def mape(self, samples, **kw) -> float:
-        return self.latency.mape(samples, **kw)
 
 
 def fit_predictor(device, *, seed: int = 0, n_train: int = 600, n_test: int = 300, max_kv: int = 1 << 20,

@@ -70,25 +70,35 @@ def _plt():
     return plt
 
 
+_STYLES = ("-", "--", "-.", ":")
+
+
+def _style(i: int) -> dict:
+    """Distinct colour and dash per series, so curves that coincide stay visible."""
+    return {"color": f"C{i % 10}", "linestyle": _STYLES[i % len(_STYLES)]}
+
+
 def plot_ttft_cdfs(runs: dict, path: str, title: str = "") -> None:
     """TTFT CDFs per policy, short and long requests in two panels; the curve of a class ends below
     1 when some requests got no first token within the horizon (truncated, as in Medha Fig. 9)."""
     plt = _plt()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for ax, cls in zip(axes, ("short", "long")):
-        for name, run in runs.items():
+        for k, (name, run) in enumerate(runs.items()):
             g = [o for o in run.outcomes if o.is_long == (cls == "long")]
             vals = sorted(o.ttft for o in g if o.ttft is not None)
             if not vals:
                 continue
             ys = [(i + 1) / len(g) for i in range(len(vals))]
-            ax.step(vals, ys, where="post", label=name)
+            ax.step(vals, ys, where="post", label=name, **_style(k))
         ax.set_xscale("log")
         ax.set_xlabel("TTFT (s)")
         ax.set_ylabel("fraction of requests")
         ax.set_title(f"{cls} requests")
         ax.grid(True, alpha=0.3)
-    axes[1].legend(fontsize=7, loc="lower right")
+    for ax in axes:
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, loc="lower right")
     if title:
         fig.suptitle(title)
     fig.tight_layout()
@@ -124,8 +134,8 @@ def plot_lines(xs, series: dict[str, list], path: str, xlabel: str, ylabel: str,
                logy: bool = False) -> None:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.5, 4))
-    for name, ys in series.items():
-        ax.plot(xs, ys, marker="o", label=name)
+    for k, (name, ys) in enumerate(series.items()):
+        ax.plot(xs, ys, marker="o", label=name, **_style(k))
     if logy:
         ax.set_yscale("log")
     ax.set_xlabel(xlabel)

@@ -1,29 +1,25 @@
-"""What the scheduler believes: the exact analytic predictor and a RuntimePredictor fitted to the device."""
+"""What the scheduler believes: a RuntimePredictor fitted to the simulated device."""
 
 import pytest
 
 from medha_jax.hardware import A100_80GB, H100_80GB, LLAMA3_8B, AnalyticPerfModel
 from medha_jax.scheduler.records import Composition
 from medha_jax.sim.devices import AnalyticDevice, ElasticSPDevice, LinearDevice
-from medha_jax.sim.predictors import AnalyticPredictor, fit_predictor
+from medha_jax.scheduler.predictor import RuntimePredictor
+from medha_jax.sim.predictors import PipelinedPredictor, fit_predictor
 
 
-@pytest.mark.parametrize("kvp", [1, 2])
-def test_batch_cost_matches_the_model(kvp):
-    perf = AnalyticPerfModel(LLAMA3_8B, H100_80GB, tp=8, spp=2, kvp=kvp, max_tokens_per_kvp_group=1 << 20)
-    pred = AnalyticPredictor(perf)
-    decodes = [(1, 3000)] * 8
-    cost = pred.batch_cost()
-    cost.add_decodes(8, 8 * 3000)
-    assert cost.time() == pytest.approx(perf.iteration_time(decodes))
-    assert cost.time_with(512, 1000) == pytest.approx(perf.iteration_time(decodes + [(512, 1000)]))
-    cost.add(512, 1000)
-    assert cost.time() == pytest.approx(perf.iteration_time(decodes + [(512, 1000)]))
-    assert pred.predict(Composition.of(decodes)) == pytest.approx(perf.iteration_time(decodes))
-    # a lone chunk streams through the SPP pipeline: the prefill-time cache is given its tick
-    assert pred.chunk_time(256, 0) == pytest.approx(perf.stage_time([(256, 0)]))
-    assert pred.chunk_time(256, 0) < perf.iteration_time([(256, 0)])
-    assert len(pred.fingerprint()) == 16
+def test_pipelined_predictor_is_a_runtime_predictor_with_tick_chunk_times():
+    lat = RuntimePredictor({"const": 0.01, "tokens": 2e-5})
+    tick = RuntimePredictor({"const": 0.006, "tokens": 1e-5})
+    p = PipelinedPredictor(lat, tick)
+    comp = Composition.of([(1, 100), (512, 0)])
+    assert p.predict(comp) == lat.predict(comp)
+    assert p.chunk_time(512, 0) == tick.chunk_time(512, 0) < lat.chunk_time(512, 0)
+    cost = p.batch_cost()  # the scheduler builds costs from the latency coefficients
+    cost.add(512, 0)
+    assert cost.time() == pytest.approx(lat.chunk_time(512, 0))
+    assert p.fingerprint() != lat.fingerprint()
 
 
 def test_fitted_predictor_is_close_on_held_out_iterations():
