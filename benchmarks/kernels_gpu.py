@@ -181,7 +181,7 @@ def run_checks(key, *, interpret, small, log):
     cfg = device_config()
     cases = [(name, dt, G) for name in KERNELS for dt, G in ((jnp.float32, 4), (jnp.bfloat16, 8))]
     if small:
-        cases = [(n, jnp.float32, 4) for n in KERNELS] + [("pod", jnp.bfloat16, 8)]
+        cases = [("prefill", jnp.float32, 4), ("decode", jnp.float32, 4), ("pod", jnp.bfloat16, 8)]
     for i, (name, dtype, G) in enumerate(cases):
         page = 16 if i % 2 else 8
         seqs, kv = edge_seqs(page)
