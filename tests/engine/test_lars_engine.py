@@ -8,7 +8,7 @@ import pytest
 
 from medha_jax import LLM, SamplingParams
 
-BASE = dict(mesh="tp=1", num_devices=1, max_model_len=2048, page_size=16, max_num_batched_tokens=512,
+BASE = dict(mesh="tp=1", num_devices=1, max_model_len=1024, page_size=16, max_num_batched_tokens=256,
             max_num_seqs=8, min_token_bucket=16, min_page_bucket=16, chunk_granularity=16, min_chunk=16)
 
 
@@ -22,11 +22,11 @@ def _greedy(n):
 
 
 def test_chunks_shrink_as_the_long_prefill_kv_grows(profile_dir):
-    llm = LLM(model="demo", scheduler="lars", num_pages=160, t_target=0.03, profile_dir=profile_dir, warmup=False,
+    llm = LLM(model="demo", scheduler="lars", num_pages=80, t_target=0.02, profile_dir=profile_dir, warmup=False,
               **BASE)
     pred = llm.engine.scheduler.predictor
     assert pred is not None and pred.fit_info["num_samples"] > 10
-    prompt = [(i * 37) % 250 + 3 for i in range(1900)]
+    prompt = [(i * 37) % 250 + 3 for i in range(1000)]
     llm.generate([prompt], _greedy(2))
     chunks = [r.composition.seqs[0] for r in llm.engine.scheduler.records if r.composition.seqs[0][0] > 1]
     sizes = [q for q, _ in chunks[:-1]]  # the last chunk is whatever remains
