@@ -46,3 +46,17 @@ def test_module_entry_point_help():
     r = subprocess.run([sys.executable, "-m", "medha_jax.sim", "--help"], capture_output=True, text=True,
                        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert r.returncode == 0 and "--policies" in r.stdout
+
+
+def test_measured_profile_json_plays_the_device(tmp_path, capsys):
+    from medha_jax.scheduler.predictor import ProfileKey, RuntimePredictor
+
+    path = tmp_path / "demo__tp=1__float32__cpu.json"
+    RuntimePredictor({"const": 2e-3, "tokens": 5e-5, "chunk_kv": 1e-9, "decodes": 1e-5, "decode_kv": 1e-8},
+                     key=ProfileKey("demo", "tp=1", "float32", "cpu")).save(str(path))
+    rc = main(["--device", str(path), "--qps", "2", "--duration", "30", "--long-fraction", "0",
+               "--policies", "sarathi-512,medha", "--no-plots", "--out", str(tmp_path / "o")])
+    assert rc == 0
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert summary["predictor"]["kind"] == "measured profile"
+    assert summary["policies"]["medha"]["short"]["first_token"] > 0
