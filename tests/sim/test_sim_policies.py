@@ -60,3 +60,24 @@ def test_short_first_policies_starve_long_requests_under_a_stream_of_shorts(poli
 def test_unknown_policy_lists_the_valid_ones():
     with pytest.raises(ValueError, match="medha"):
         get_policy("sjf")
+
+
+def test_kvp_deployment_spreads_a_long_request_over_groups():
+    """kvp=2 with 64K tokens per group: a 100K prompt onboards the second group part-way."""
+    from medha_jax.sim.profiles import load_profile as lp
+
+    prof = lp("model=llama3-8b,device=h100,tp=8,spp=2,kvp=2,kvp_tokens=65536")
+    kv = prof.kv_manager()
+    assert kv.kvp == 2 and kv.max_tokens_per_kvp_group == 65536
+    exp = Experiment(prof)
+    specs = [RequestSpec(0.0, 100_000, 4), RequestSpec(1.0, 2000, 4)]
+    groups = set()
+
+    def observer(start, stage0, exit_, batch):
+        for s in batch.seqs:
+            if s.request_id == "r0":
+                groups.add(len(s.page_tables))
+
+    run = exp.run("medha", specs, observer=observer)
+    assert all(o.finished for o in run.outcomes)
+    assert groups == {1, 2}
