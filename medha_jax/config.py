@@ -18,7 +18,8 @@ class EngineConfig:
     model: str = "demo"
     """HF model directory (config.json, *.safetensors, tokenizer.json), or "demo" for the built-in tiny Llama."""
     mesh: str = "tp=1"
-    """Device mesh, e.g. "tp=8,spp=4,kvp=2"; axes not named are 1. Its size must equal the devices used."""
+    """Device mesh, e.g. "tp=8,spp=4,kvp=2" (axes not named are 1; its size must equal the devices
+    used), or a named deployment preset from meshes/, e.g. "preset:llama3-70b-16node"."""
     num_devices: int | None = None
     """Use the first N local devices (default: all of them). The mesh's size must equal it."""
     dtype: str = "float32"
@@ -29,6 +30,10 @@ class EngineConfig:
     """Tokens per KV-cache page."""
     num_pages: int | None = None
     """KV-cache pages per kvp group (the KV page budget); default: from kv_cache_memory_gb, else 1024."""
+    max_tokens_per_kvp_group: int | None = None
+    """KV positions of one request a kvp group holds before the next group onboards (progressive
+    KVP: group g holds positions [g*M, (g+1)*M)); a multiple of page_size; default: a group's whole
+    page pool (or the mesh preset's value)."""
     kv_cache_memory_gb: float | None = None
     """Device memory for the KV cache per device, in GB; used when num_pages is not given."""
     max_model_len: int | None = None
@@ -49,7 +54,14 @@ class EngineConfig:
     seed: int = 0
     """Seed for the demo model's weights and for requests that give no seed of their own."""
     multihost: bool = False
-    """Initialise jax.distributed before building the mesh (one process per host)."""
+    """Initialise jax.distributed before building the mesh (one process per host); process 0
+    schedules and serves, the others replay its device steps."""
+    coordinator_address: str | None = None
+    """Multi-host: HOST:PORT of process 0's coordination service (default: from the cluster environment)."""
+    num_processes: int | None = None
+    """Multi-host: number of processes (default: from the cluster environment)."""
+    process_id: int | None = None
+    """Multi-host: this process's index, 0 = the leader (default: from the cluster environment)."""
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -66,6 +78,17 @@ class EngineConfig:
             raise ValueError(f"kv_cache_memory_gb must be > 0, got {self.kv_cache_memory_gb}")
         if self.max_model_len is not None and self.max_model_len < 2:
             raise ValueError(f"max_model_len must be >= 2, got {self.max_model_len}")
+        if self.max_tokens_per_kvp_group is not None and (
+                self.max_tokens_per_kvp_group < self.page_size or self.max_tokens_per_kvp_group % self.page_size):
+            raise ValueError(f"max_tokens_per_kvp_group must be a positive multiple of page_size={self.page_size}, "
+                             f"got {self.max_tokens_per_kvp_group}")
+        if self.num_processes is not None and self.num_processes < 1:
+            raise ValueError(f"num_processes must be >= 1, got {self.num_processes}")
+        if self.process_id is not None and not (
+                0 <= self.process_id < (self.num_processes if self.num_processes is not None else self.process_id + 1)):
+            raise ValueError(f"process_id must be in [0, num_processes), got {self.process_id}")
+        if not self.multihost and (self.coordinator_address or self.num_processes or self.process_id):
+            raise ValueError("coordinator_address / num_processes / process_id need multihost=True")
         for name in ("min_token_bucket", "min_seq_bucket", "min_page_bucket"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")

@@ -2,15 +2,25 @@
 
   add_request (any thread) --validate--> pending queue
   step():  drain pending adds/aborts into the Scheduler
-           Scheduler.schedule(now)          -> ScheduledBatch (pure Python)
-           Executor.execute(batch)          -> one sampled token per finishing sequence
-           Scheduler.on_batch_done(...)     -> KV progress, iteration record (predicted vs measured)
-           append tokens, detokenize, check stops (EOS, stop ids, stop strings, max_tokens, context)
-           -> RequestOutput snapshots (with the text delta) for every request that advanced
+           Scheduler.schedule(now)          -> ScheduledBatch (pure Python; may be empty)
+           Executor.tick(batch)             -> the batch enters pipeline stage 0; the batch fed
+                                               spp-1 ticks ago leaves the last stage with one
+                                               sampled token per finishing sequence
+           Scheduler.on_batch_done(batch)   -> KV progress, iteration record (predicted vs measured)
+           for the batch that left: append tokens, detokenize, check stops (EOS, stop ids, stop
+           strings, max_tokens, context) -> RequestOutput snapshots (with the text delta)
+
+Stream pipeline (spp > 1): the scheduler hears a batch is done as soon as it has passed stage 0,
+so chunk i+1 of a prefill can enter the pipeline on the next tick (it needs chunk i's KV, which
+each stage writes before chunk i+1 reaches it, not chunk i's output). A request whose last
+chunk or decode is still in the pipeline has no tokens left to compute (num_computed_tokens ==
+num_tokens) until its sampled token comes out, so the scheduler leaves it alone and fills the
+pipeline with other requests. With spp == 1 the batch fed is the batch that leaves.
 
 Only the thread that calls `step()` touches scheduler and device state; other threads talk to
 the engine through `add_request`/`abort`, which only validate and enqueue. A failing iteration
-fails the requests in it with an error and leaves the others running.
+fails the requests in it (with SPP: in every microbatch in the pipeline) with an error and
+leaves the others running.
 """
 
 from __future__ import annotations
@@ -144,27 +154,39 @@ class Engine:
     def step(self) -> list[RequestOutput]:
         outs = self._drain_pending()
         batch = self.scheduler.schedule(self.clock())
-        if batch.is_empty:
+        ex = self.executor
+        if batch.is_empty and ex.idle:
             return outs
         t0 = time.perf_counter()
         try:
-            result = self.executor.execute(batch, self._seeds)
+            done, result = ex.tick(None if batch.is_empty else batch, self._seeds)
         except Exception as e:  # noqa: BLE001 - one bad iteration must not take the server down
-            log.exception("iteration failed; failing its %d requests", len(batch.seqs))
-            return outs + self._fail_batch(batch, e)
+            return outs + self._fail_tick(batch, e)
         measured = time.perf_counter() - t0
         self.last_iteration_time = measured
         self.num_iterations += 1
         now = self.clock()
-        self.scheduler.on_batch_done(batch, now, measured_time=measured)
-        for i, seq in enumerate(batch.seqs):
+        if batch.seqs:  # it has passed stage 0: its next chunk may follow it into the pipeline
+            self.scheduler.on_batch_done(batch, now, measured_time=measured)
+            for seq in batch.seqs:
+                if seq.request.first_scheduled_time is None:
+                    seq.request.first_scheduled_time = now
+        if done is None:
+            return outs
+        for i, seq in enumerate(done.seqs):
             req = seq.request
-            if req.first_scheduled_time is None:
-                req.first_scheduled_time = now
-            if not seq.samples or req.is_finished:
+            # Sample only where this batch reached the end of the request's tokens and the
+            # request was neither finished nor preempted while its batch was in the pipeline.
+            if not seq.samples or req.is_finished or req.num_computed_tokens != req.num_tokens:
                 continue
             outs.append(self._append_token(req, int(result.token_ids[i]), float(result.logprobs[i]), now))
         return outs
+
+    def close(self) -> None:
+        """Release the device side: on a multi-host leader, tell the followers to exit."""
+        if self.executor.channel is not None:
+            self.executor.channel.send("shutdown")
+            self.executor.channel = None
 
     def _drain_pending(self) -> list[RequestOutput]:
         with self._lock:
@@ -215,17 +237,27 @@ class Engine:
         self._text.pop(req.request_id, None)
         return out
 
-    def _fail_batch(self, batch, err: Exception) -> list[RequestOutput]:
-        if self.executor.kv_cache_lost():
+    def _fail_tick(self, batch, err: Exception) -> list[RequestOutput]:
+        """A tick raised: fail the requests of every microbatch it held (the new batch and those
+        still in the pipeline), and start the pipeline (and, if it was consumed, the KV cache) afresh."""
+        ex = self.executor
+        batches = [batch, *ex.in_flight()]
+        log.error("iteration failed; failing the requests of %d batch(es)", len(batches), exc_info=err)
+        ex.reset_pipeline()
+        if ex.kv_cache_lost():
             # The donated cache died with the failed step: every cached request recomputes.
-            self.executor.reset_kv_cache()
+            ex.reset_kv_cache()
             self.scheduler.preempt_all()
         now = self.clock()
-        outs = []
-        for seq in batch.seqs:
-            req = seq.request
-            req.error = f"iteration failed: {type(err).__name__}: {err}"
-            outs.append(self._finish(req, RequestStatus.FINISHED_ERROR, now, new_ids=[], new_text=""))
+        outs, seen = [], set()
+        for b in batches:
+            for seq in b.seqs:
+                req = seq.request
+                if req.request_id in seen or req.is_finished:
+                    continue
+                seen.add(req.request_id)
+                req.error = f"iteration failed: {type(err).__name__}: {err}"
+                outs.append(self._finish(req, RequestStatus.FINISHED_ERROR, now, new_ids=[], new_text=""))
         return outs
 
     def _snapshot(self, req: Request, new_ids: list[int], new_text: str) -> RequestOutput:

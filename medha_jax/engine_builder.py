@@ -1,7 +1,12 @@
-"""Builds an engine's parts from its configs: mesh -> model + tokenizer -> KV pages -> scheduler -> executor.
+"""Builds an engine's parts from its configs: mesh -> model + tokenizer -> executor -> KV pages -> scheduler.
+
+  build_device_side: [jax.distributed] -> mesh ("tp=..,spp=..,kvp=.." or "preset:NAME")
+                     -> params -> Executor (warmed up)           every process of a mesh
+  build_engine_parts: device side + KVCacheManager (kvp groups, progressive onboarding)
+                     + predictor + scheduler                      the leader / single process
 
 Separated from the engine loop so the loop reads in one sitting, and so tools (profile,
-benchmarks) can build the same parts without the request lifecycle.
+benchmarks) and multi-host followers can build the same parts without the request lifecycle.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import jax
 
 from medha_jax.config import EngineConfig
 from medha_jax.executor.buckets import BucketLadders
+from medha_jax.executor import multihost
 from medha_jax.executor.executor import Executor
 from medha_jax.kv_cache_manager import KVCacheManager
 from medha_jax.mesh import make_mesh, parse_mesh
@@ -21,6 +27,7 @@ from medha_jax.model.loading import load_model
 from medha_jax.model.sharded import kv_cache_bytes_per_page
 from medha_jax.profiling import get_predictor
 from medha_jax.scheduler import ProfileKey, SchedulerConfig, make_scheduler
+from meshes import PREFIX as PRESET_PREFIX, load_preset
 
 
 @dataclass
@@ -71,8 +78,23 @@ def _jnp_dtype(name: str):
     return jax.numpy.float32 if name == "float32" else jax.numpy.bfloat16
 
 
-def build_engine_parts(config: EngineConfig, scheduler_config: SchedulerConfig | None) -> EngineParts:
-    scfg = scheduler_config if scheduler_config is not None else SchedulerConfig()
+@dataclass
+class DeviceSide:
+    """What every process of a (multi-host) mesh builds: mesh, model, executor."""
+
+    model_config: object
+    tokenizer: object
+    mesh: jax.sharding.Mesh
+    executor: Executor
+    max_model_len: int
+    kv_manager: KVCacheManager
+    """Page tables per kvp group (used by the leader only; built here so bad sizes fail early)."""
+
+
+def build_device_side(config: EngineConfig, scfg: SchedulerConfig) -> DeviceSide:
+    """jax.distributed (multihost) -> mesh (spec or preset) -> model -> executor (warmed up)."""
+    if config.multihost:
+        multihost.initialize(config)
     _enable_compilation_cache(config.compilation_cache_dir)
     mesh_spec = parse_mesh(config.mesh)
     devices = jax.devices()
@@ -90,7 +112,6 @@ def build_engine_parts(config: EngineConfig, scheduler_config: SchedulerConfig |
             f"{model_config.max_position_embeddings}"
         )
     page = config.page_size
-    pages_per_seq = math.ceil(max_model_len / page)
     num_pages = config.num_pages
     if num_pages is None:
         if config.kv_cache_memory_gb is not None:
@@ -98,34 +119,47 @@ def build_engine_parts(config: EngineConfig, scheduler_config: SchedulerConfig |
             num_pages = int(config.kv_cache_memory_gb * 1e9 // per_page)
         else:
             num_pages = 1024
+    group_tokens = config.max_tokens_per_kvp_group  # checked by the KVCacheManager
+    if group_tokens is None:
+        group_tokens = num_pages * page  # a preset's value, capped at a group's pool
+        if config.mesh.strip().startswith(PRESET_PREFIX):
+            group_tokens = min(load_preset(config.mesh.strip()).max_tokens_per_kvp_group or group_tokens, group_tokens)
     kvp = mesh_spec["kvp"]
-    kv_manager = KVCacheManager(num_pages, page, kvp=kvp)
+    kv_manager = KVCacheManager(num_pages, page, kvp=kvp, max_tokens_per_kvp_group=group_tokens)  # validates
 
     ladders = BucketLadders.build(
         max_tokens=max_model_len if scfg.policy == "fcfs_nonchunked" else scfg.max_num_batched_tokens,
         max_seqs=scfg.max_num_seqs,
-        max_pages=min(pages_per_seq, num_pages),
+        max_pages=min(math.ceil(max_model_len / page), math.ceil(group_tokens / page)),
         min_tokens=config.min_token_bucket,
         min_seqs=config.min_seq_bucket,
         min_pages=config.min_page_bucket,
     )
-    kv_dtype = _jnp_dtype(config.dtype)
+    leader = jax.process_count() > 1 and jax.process_index() == 0
     executor = Executor(
-        model_config, params, mesh, num_pages=num_pages * kvp, page_size=page, kv_dtype=kv_dtype,
+        model_config, params, mesh, num_pages=num_pages * kvp, page_size=page, kv_dtype=_jnp_dtype(config.dtype),
         ladders=ladders, attention_fn=resolve_attention_backend(config.attention_backend),
+        group_tokens=group_tokens, channel=multihost.Channel() if leader else None,
     )
     if config.warmup:
         executor.warmup(progress=True)
+    return DeviceSide(model_config, tokenizer, mesh, executor, max_model_len, kv_manager)
 
-    predictor = get_predictor(config, scfg, executor, profile_key_for(config, mesh), model_config.vocab_size,
-                              max_model_len)
-    scheduler = make_scheduler(scfg, kv_manager, predictor, max_model_len=max_model_len)
+
+def build_engine_parts(config: EngineConfig, scheduler_config: SchedulerConfig | None) -> EngineParts:
+    """Everything the leader (process 0, or the only process) needs to serve."""
+    scfg = scheduler_config if scheduler_config is not None else SchedulerConfig()
+    dev = build_device_side(config, scfg)
+    kv_manager = dev.kv_manager
+    predictor = get_predictor(config, scfg, dev.executor, profile_key_for(config, dev.mesh),
+                              dev.model_config.vocab_size, dev.max_model_len)
+    scheduler = make_scheduler(scfg, kv_manager, predictor, max_model_len=dev.max_model_len)
     cache = getattr(scheduler.policy, "cache", None)
     if cache is not None:  # Algorithm 3's prefill-time table, so no request pays for building it
-        cache.build(max_model_len)
+        cache.build(dev.max_model_len)
 
-    eos = model_config.eos_token_id
+    eos = dev.model_config.eos_token_id
     eos_ids = set([] if eos is None else (eos if isinstance(eos, list) else [eos]))
-    eos_ids |= set(getattr(tokenizer, "eos_token_ids", ()) or ())
-    return EngineParts(model_config, tokenizer, mesh, kv_manager, scheduler, scfg, executor, predictor,
-                       max_model_len, frozenset(eos_ids))
+    eos_ids |= set(getattr(dev.tokenizer, "eos_token_ids", ()) or ())
+    return EngineParts(dev.model_config, dev.tokenizer, dev.mesh, kv_manager, scheduler, scfg, dev.executor,
+                       predictor, dev.max_model_len, frozenset(eos_ids))

@@ -45,6 +45,10 @@ class LLM:
         engine_config, scheduler_config = split_config_kwargs({"model": model, **kwargs})
         self.engine = Engine(engine_config, scheduler_config)
 
+    def close(self) -> None:
+        """Release the device side (on a multi-host leader: stop the followers)."""
+        self.engine.close()
+
     @property
     def tokenizer(self):
         return self.engine.tokenizer

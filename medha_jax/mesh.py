@@ -1,5 +1,7 @@
 """Device mesh from text: "tp=2,spp=1,kvp=1" -> Mesh(devices, ("kvp", "spp", "tp")).
 
+"preset:NAME" names a deployment preset in meshes/ (`meshes.load_preset`).
+
 Data flow: `parse_mesh(text)` -> {"kvp": k, "spp": s, "tp": t} (missing axes are 1)
 -> `make_mesh(spec, devices=None)` reshapes the devices to (kvp, spp, tp), tp innermost so
 tensor-parallel collectives use the closest devices. Strict: the product of the degrees must
@@ -22,6 +24,10 @@ def parse_mesh(text: str) -> dict[str, int]:
     """"tp=2,spp=1" -> {"kvp": 1, "spp": 1, "tp": 2}. Raises ValueError naming the problem."""
     if not isinstance(text, str):
         raise ValueError(f"mesh spec must be a string like 'tp=2,spp=1,kvp=1', got {text!r}")
+    if text.strip().startswith("preset:"):
+        from meshes import load_preset
+
+        return dict(load_preset(text.strip()).mesh)
     out = {a: 1 for a in MESH_AXES}
     seen: set[str] = set()
     if not text.strip():

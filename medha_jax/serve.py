@@ -9,6 +9,13 @@
 
     python -m medha_jax.serve --model demo --port 0 --http-port 0
     python -m medha_jax.serve --model /models/llama3-8b --mesh tp=8,spp=4 --port 50051 --http-port 8000
+
+Multi-host (one process per host, the same flags everywhere but --process-id): process 0 loads,
+schedules and serves; processes 1.. build the same mesh and model and replay process 0's device
+steps (`medha_jax.executor.multihost`), exiting when it stops.
+
+    python -m medha_jax.serve --model /models/llama3-70b --mesh preset:llama3-70b-16node --multihost \
+        --coordinator-address node0:9876 --num-processes 16 --process-id $RANK
 """
 
 from __future__ import annotations
@@ -101,14 +108,52 @@ async def serve(engine, engine_config: EngineConfig, server_config: ServerConfig
     return finished
 
 
+def follow(engine_config: EngineConfig, scheduler_config: SchedulerConfig) -> int:
+    """A multi-host follower (process id > 0): build the same device side as the leader and
+    replay its device steps until it shuts down. SIGTERM/SIGINT are left to the leader (it
+    drains, then tells every follower to stop); a second signal exits at once."""
+    import jax
+
+    from medha_jax.engine_builder import build_device_side
+    from medha_jax.executor import multihost
+
+    signals = []
+
+    def on_signal(signum, _frame) -> None:
+        signals.append(signum)
+        if len(signals) > 1:
+            os._exit(1)
+        print("medha-jax: follower waits for the leader to shut down (signal again to exit now)", flush=True)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_signal)
+    dev = build_device_side(engine_config, scheduler_config)
+    print(f"medha-jax: process {jax.process_index()} of {jax.process_count()} following process 0 "
+          f"(mesh {dict(dev.mesh.shape)})", flush=True)
+    ticks = multihost.follow(dev.executor)
+    print(f"medha-jax: follower stopped after {ticks} steps", flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     engine_config, scheduler_config, server_config, ns = parse_configs(argv)
     logging.basicConfig(level=ns.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if engine_config.multihost:
+        import jax
+
+        from medha_jax.executor import multihost
+
+        multihost.initialize(engine_config)
+        if jax.process_index() != 0:
+            return follow(engine_config, scheduler_config)
     from medha_jax.engine import Engine
 
     engine = Engine(engine_config, scheduler_config)
-    asyncio.run(serve(engine, engine_config, server_config))
+    try:
+        asyncio.run(serve(engine, engine_config, server_config))
+    finally:
+        engine.close()
     return 0
 
 

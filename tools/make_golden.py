@@ -90,6 +90,22 @@ VARIANTS: dict[str, tuple[dict, list[int], int, bool]] = {
         10,
         False,
     ),
+    # tiny-llama3 with 4 layers, so a 4-stage pipeline (spp=4) has a layer per stage; long
+    # prompts for KV-parallel tests that spread one request over several kvp groups.
+    "tiny-llama3-4l": (
+        dict(
+            vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+            num_attention_heads=8, num_key_value_heads=2, head_dim=16,
+            max_position_embeddings=8192, rms_norm_eps=1e-5, tie_word_embeddings=False,
+            rope_theta=500000.0,
+            rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
+                              high_freq_factor=4.0, original_max_position_embeddings=1024),
+            bos_token_id=BOS_ID, eos_token_id=[EOS_ID, EOT_ID],
+        ),
+        [2, 45, 2600],
+        8,
+        False,
+    ),
 }
 
 MIN_MARGIN = 1e-3  # every greedy step's top-1 logit must beat top-2 by at least this much

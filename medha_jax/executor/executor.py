@@ -1,13 +1,22 @@
-"""Executor: ScheduledBatch -> padded device arrays -> one compiled step -> sampled tokens.
+"""Executor: ScheduledBatch -> padded device arrays -> one compiled pipeline tick -> sampled tokens.
 
-Owns the device state (params, the donated paged KV cache) and one ahead-of-time compiled
-executable per shape bucket. `warmup()` compiles every bucket (with a progress bar); after it a
-batch that needs a new bucket is compiled on the spot and counted in `compiles_after_warmup`, and
-every XLA compile in the process is counted by `compile_events` (a jax.monitoring listener), so
-tests can assert a running engine compiles nothing.
+Owns the device state (params, the donated paged KV cache, the pipeline activations) and one
+ahead-of-time compiled executable per shape bucket. `warmup()` compiles every bucket (with a
+progress bar); after it a batch that needs a new bucket is compiled on the spot and counted in
+`compiles_after_warmup`, and every XLA compile in the process is counted by `compile_events` (a
+jax.monitoring listener), so tests can assert a running engine compiles nothing.
 
-step(params, kv_k, kv_v, inputs, sampling) = forward (shard_map over the mesh) -> sample,
-jitted as one program, KV cache donated.
+    tick(batch | None) -> (batch leaving the last stage | None, its StepResult | None)
+        pack the new batch at its own bucket -> PipelineSlots.plan (rows stacked per stage)
+        -> [multi-host leader: broadcast the tick's arrays] -> compiled step
+           (model.pipeline.make_step: every stage runs its microbatch, activations move one
+           stage on, the last stage's microbatch is sampled)
+    execute(batch) -> StepResult: one batch through the whole pipeline (idle pipeline only);
+        with spp == 1 a tick is exactly one execute, and tick() calls execute().
+
+Depth (spp) 1 is the plain loop. Any multi-device program here runs on every process of a
+multi-host mesh in the same order: a leader executor (channel set) broadcasts each device
+operation before running it, followers replay them (`executor.multihost.follow`).
 """
 
 from __future__ import annotations
@@ -18,13 +27,17 @@ from dataclasses import dataclass
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 from medha_jax.batch import ScheduledBatch
 from medha_jax.executor.buckets import Bucket, BucketLadders
-from medha_jax.executor.packing import PackedBatch, max_pages_needed, pack_batch
+from medha_jax.executor.packing import MODEL_FIELDS, SAMPLING_FIELDS, PackedBatch, max_pages_needed, pack_batch
+from medha_jax.executor.pipeline import Microbatch, PipelineSlots, TickPlan, bucket_of
 from medha_jax.executor.sampler import SamplingArrays, sample
+from medha_jax.model import sharding
 from medha_jax.model.inputs import ModelInputs
-from medha_jax.model.sharded import init_kv_cache, make_forward
+from medha_jax.model.pipeline import init_acts, make_step
+from medha_jax.model.sharded import init_kv_cache
 
 _compile_lock = threading.Lock()
 _compile_events = 0
@@ -53,20 +66,27 @@ class StepResult:
 
 class Executor:
     def __init__(self, cfg, params, mesh, *, num_pages: int, page_size: int, kv_dtype,
-                 ladders: BucketLadders, attention_fn):
+                 ladders: BucketLadders, attention_fn, group_tokens: int | None = None, channel=None):
+        """num_pages: global page count (kvp groups x pages per group); group_tokens: KV positions
+        per kvp group (the KV manager's max_tokens_per_kvp_group; None: all on group 0);
+        channel: a `multihost.Channel` when this is the leader of a multi-host mesh."""
+        lay = sharding.layout(cfg, mesh)
         self.cfg, self.params, self.mesh = cfg, params, mesh
+        self.depth, self.kvp = lay.spp, lay.kvp
         self.num_pages, self.page_size, self.ladders = num_pages, page_size, ladders
+        self.group_tokens = group_tokens
         self.attention_backend = getattr(attention_fn, "backend", "custom")
         self.kv_dtype = kv_dtype
+        self.channel = channel
         self.kv_k, self.kv_v = init_kv_cache(cfg, mesh, num_pages, page_size, kv_dtype)
-        forward = make_forward(cfg, mesh, attention_fn)
-
-        def step(params, kv_k, kv_v, inp: ModelInputs, samp: SamplingArrays):
-            logits, kv_k, kv_v = forward(params, kv_k, kv_v, inp)  # logits: f32[S, V]
-            tokens, logprobs = sample(logits, samp)
-            return tokens, logprobs, kv_k, kv_v
-
-        self._jitted = jax.jit(step, donate_argnums=(1, 2))
+        self._acts_dtype = params["embed"].dtype
+        self.acts = init_acts(cfg, mesh, ladders.tokens[-1], self._acts_dtype)
+        self.pipe = PipelineSlots(self.depth, self.kvp)
+        self._jitted = jax.jit(make_step(cfg, mesh, attention_fn, sample), donate_argnums=(1, 2, 3))
+        specs = sharding.input_specs(stacked=True)
+        self._shardings = {f: NamedSharding(mesh, getattr(specs, f)) for f in MODEL_FIELDS}
+        self._shardings.update({f: NamedSharding(mesh, P()) for f in SAMPLING_FIELDS})
+        self._multiprocess = jax.process_count() > 1
         self._compiled: dict[Bucket, object] = {}
         self.warmed_up = False
         self.compiles_after_warmup = 0
@@ -75,14 +95,16 @@ class Executor:
     def _abstract_args(self, b: Bucket):
         i32, f32 = jnp.int32, jnp.float32
         sd = jax.ShapeDtypeStruct
+        n, g = self.depth, self.kvp
         inp = ModelInputs(
-            token_ids=sd((b.tokens,), i32), positions=sd((b.tokens,), i32), slot_mapping=sd((b.tokens,), i32),
-            cu_q_lens=sd((b.seqs + 1,), i32), q_offsets=sd((b.seqs,), i32), kv_lens=sd((b.seqs,), i32),
-            page_table=sd((b.seqs, b.pages), i32), logits_indices=sd((b.seqs,), i32),
+            token_ids=sd((n, b.tokens), i32), positions=sd((n, b.tokens), i32),
+            slot_mapping=sd((n, g, b.tokens), i32), cu_q_lens=sd((n, b.seqs + 1), i32),
+            q_offsets=sd((n, g, b.seqs), i32), kv_lens=sd((n, g, b.seqs), i32),
+            page_table=sd((n, g, b.seqs, b.pages), i32), logits_indices=sd((n, b.seqs), i32),
         )
         samp = SamplingArrays(sd((b.seqs,), f32), sd((b.seqs,), i32), sd((b.seqs,), f32),
                               sd((b.seqs,), jnp.uint32), sd((b.seqs,), i32))
-        return self.params, self.kv_k, self.kv_v, inp, samp
+        return self.params, self.kv_k, self.kv_v, self.acts, inp, samp
 
     def _compile(self, b: Bucket):
         exe = self._compiled.get(b)
@@ -106,31 +128,90 @@ class Executor:
         self.warmed_up = True
         return len(buckets)
 
+    @property
+    def num_compiled(self) -> int:
+        return len(self._compiled)
+
+    # ---- device state ------------------------------------------------------------------
     def kv_cache_lost(self) -> bool:
         """True when a failed step consumed the donated cache buffers."""
         return self.kv_k.is_deleted() or self.kv_v.is_deleted()
 
     def reset_kv_cache(self) -> None:
         """A fresh zero cache (every request that had KV must recompute it)."""
+        self._send("reset_kv")
         self.kv_k, self.kv_v = init_kv_cache(self.cfg, self.mesh, self.num_pages, self.page_size, self.kv_dtype)
 
-    @property
-    def num_compiled(self) -> int:
-        return len(self._compiled)
+    def reset_pipeline(self) -> None:
+        """Forget every microbatch in flight (after a failed tick) and zero the activations."""
+        self._send("reset_pipeline")
+        self.pipe.clear()
+        self.acts = init_acts(self.cfg, self.mesh, self.ladders.tokens[-1], self._acts_dtype)
+
+    def _send(self, op: str, arrays: dict[str, np.ndarray] | None = None) -> None:
+        if self.channel is not None:
+            self.channel.send(op, arrays)
 
     # ---- execution ---------------------------------------------------------------------
+    @property
+    def idle(self) -> bool:
+        """No microbatch is in the pipeline (always true with spp == 1 between ticks)."""
+        return self.pipe.is_empty
+
+    def in_flight(self) -> list[ScheduledBatch]:
+        """Batches fed to the pipeline whose tokens have not come out yet."""
+        return self.pipe.in_flight()
+
     def pack(self, batch: ScheduledBatch, seeds: dict[str, int]) -> PackedBatch:
         bucket = self.ladders.pick(batch.num_tokens, len(batch.seqs), max_pages_needed(batch))
-        return pack_batch(batch, bucket, self.page_size, seeds)
+        return pack_batch(batch, bucket, self.page_size, seeds, kvp=self.kvp, group_tokens=self.group_tokens)
+
+    def tick(self, batch: ScheduledBatch | None, seeds: dict[str, int]):
+        """Feed `batch` (None: nothing new) to stage 0 and advance the pipeline one tick.
+
+        Returns (the batch that left the last stage, its StepResult), or (None, None) when none
+        did. Raises what the step raises; the caller then calls `reset_pipeline`."""
+        if self.depth == 1:
+            return (batch, self.execute(batch, seeds)) if batch is not None else (None, None)
+        return self._advance(batch, seeds)
 
     def execute(self, batch: ScheduledBatch, seeds: dict[str, int]) -> StepResult:
-        pb = self.pack(batch, seeds)
-        exe = self._compile(pb.bucket)
-        inp = ModelInputs(
-            token_ids=pb.token_ids, positions=pb.positions, slot_mapping=pb.slot_mapping, cu_q_lens=pb.cu_q_lens,
-            q_offsets=pb.q_offsets, kv_lens=pb.kv_lens, page_table=pb.page_table, logits_indices=pb.logits_indices,
-        )
-        samp = SamplingArrays(pb.temperature, pb.top_k, pb.top_p, pb.seed, pb.step)
-        tokens, logprobs, self.kv_k, self.kv_v = exe(self.params, self.kv_k, self.kv_v, inp, samp)
-        n = len(batch.seqs)
-        return StepResult(np.asarray(tokens)[:n], np.asarray(logprobs)[:n])
+        """Run one batch through every stage and return its sampled tokens (pipeline idle)."""
+        if not self.pipe.is_empty:
+            raise RuntimeError("execute() needs an idle pipeline; use tick() while batches are in flight")
+        done, result = self._advance(batch, seeds)
+        while done is None:
+            done, result = self._advance(None, seeds)
+        return result
+
+    def _advance(self, batch: ScheduledBatch | None, seeds: dict[str, int]):
+        new = Microbatch(batch, self.pack(batch, seeds)) if batch is not None and batch.seqs else None
+        plan = self.pipe.plan(new)
+        if plan is None:
+            return None, None
+        self._send("run", plan.arrays)
+        tokens, logprobs = self.run_arrays(plan.arrays)
+        self.pipe.commit(plan)
+        out = plan.exiting
+        if out is None:
+            return None, None
+        n = len(out.batch.seqs)
+        return out.batch, StepResult(tokens[:n], logprobs[:n])
+
+    def run_arrays(self, arrays: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """One compiled tick on a `TickPlan.arrays` dict; the only place the step runs."""
+        exe = self._compile(bucket_of(arrays))
+        put = self._global if self._multiprocess else (lambda a, f: a)
+        inp = ModelInputs(**{f: put(arrays[f], f) for f in MODEL_FIELDS})
+        samp = SamplingArrays(*(put(arrays[f], f) for f in SAMPLING_FIELDS))
+        tokens, logprobs, self.kv_k, self.kv_v, self.acts = exe(self.params, self.kv_k, self.kv_v, self.acts,
+                                                                inp, samp)
+        # Replicated outputs: every process reads its own copy.
+        return np.asarray(tokens.addressable_data(0)), np.asarray(logprobs.addressable_data(0))
+
+    def _global(self, a: np.ndarray, field: str) -> jax.Array:
+        """A host array every process holds whole -> a global array in the field's sharding."""
+        return jax.make_array_from_callback(a.shape, self._shardings[field], lambda idx: a[idx])
+
+
+__all__ = ["Executor", "StepResult", "TickPlan", "compile_events"]

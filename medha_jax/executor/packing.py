@@ -1,21 +1,30 @@
 """ScheduledBatch -> padded host arrays for one jitted step (numpy only, no device work).
 
-For each scheduled sequence s with `n` tokens starting at position `p` (kvp == 1):
-  tokens [cu[s], cu[s]+n) get ids, positions p..p+n-1 and KV slots page_table[pos//page]*page + pos%page;
-  q_offsets[s] = p (the bottom-right causal offset), kv_lens[s] = p + n,
-  logits_indices[s] = cu[s+1] - 1 (the last token, sampled only when the sequence `samples`).
+For each scheduled sequence s with `n` tokens starting at position `p`, `model.inputs.pack_arrays`
+lays out token ids, positions and, per kvp group g, the local KV slots of the tokens g holds,
+kv_lens, q_offsets and the group's page table (see `medha_jax.model.inputs` for the layout);
+logits_indices[s] is the sequence's last token (sampled only when the sequence `samples`).
 Padding tokens get slot -1 (their KV write is dropped) and padding sequences own no tokens and
 no KV, so the attention kernels give them nothing to do.
+
+A `PackedBatch` can be padded further (`pad_to`) so that the microbatches in flight in one
+pipeline tick share a shape bucket; `empty` is a microbatch that computes nothing.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 
 from medha_jax.batch import ScheduledBatch
 from medha_jax.executor.buckets import Bucket
+from medha_jax.model.inputs import pack_arrays
+
+MODEL_FIELDS = ("token_ids", "positions", "slot_mapping", "cu_q_lens", "q_offsets", "kv_lens", "page_table",
+                "logits_indices")
+SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "seed", "step")
 
 
 @dataclass(slots=True)
@@ -25,11 +34,11 @@ class PackedBatch:
     bucket: Bucket
     token_ids: np.ndarray  # i32[T]
     positions: np.ndarray  # i32[T]
-    slot_mapping: np.ndarray  # i32[T], -1 = padding
+    slot_mapping: np.ndarray  # i32[kvp, T], -1 = not on this group / padding
     cu_q_lens: np.ndarray  # i32[S+1]
-    q_offsets: np.ndarray  # i32[S]
-    kv_lens: np.ndarray  # i32[S]
-    page_table: np.ndarray  # i32[S, P]
+    q_offsets: np.ndarray  # i32[kvp, S]
+    kv_lens: np.ndarray  # i32[kvp, S]
+    page_table: np.ndarray  # i32[kvp, S, P]
     logits_indices: np.ndarray  # i32[S]
     temperature: np.ndarray  # f32[S]
     top_k: np.ndarray  # i32[S]
@@ -39,47 +48,55 @@ class PackedBatch:
 
 
 def max_pages_needed(batch: ScheduledBatch) -> int:
-    return max((len(s.page_tables[0]) for s in batch.seqs), default=1)
+    """Widest page table of any sequence on any kvp group."""
+    return max((len(t) for s in batch.seqs for t in s.page_tables), default=1)
 
 
-def pack_batch(batch: ScheduledBatch, bucket: Bucket, page_size: int, seeds: dict[str, int]) -> PackedBatch:
-    T, S, P = bucket.tokens, bucket.seqs, bucket.pages
-    token_ids = np.zeros(T, np.int32)
-    positions = np.zeros(T, np.int32)
-    slot_mapping = np.full(T, -1, np.int32)
-    cu = np.zeros(S + 1, np.int32)
-    q_offsets = np.zeros(S, np.int32)
-    kv_lens = np.zeros(S, np.int32)
-    page_table = np.zeros((S, P), np.int32)
-    logits_indices = np.zeros(S, np.int32)
+def pack_batch(batch: ScheduledBatch, bucket: Bucket, page_size: int, seeds: dict[str, int], *, kvp: int = 1,
+               group_tokens: int | None = None) -> PackedBatch:
+    seqs = [(seq.token_ids, seq.start_pos, seq.page_tables) for seq in batch.seqs]
+    arrays = pack_arrays(seqs, page_size, tokens=bucket.tokens, num_seqs=bucket.seqs, pages=bucket.pages,
+                         kvp=kvp, group_tokens=group_tokens)
+    S = bucket.seqs
     temperature = np.zeros(S, np.float32)
     top_k = np.zeros(S, np.int32)
     top_p = np.ones(S, np.float32)
     seed = np.zeros(S, np.uint32)
     step = np.zeros(S, np.int32)
-
-    t = 0
     for i, seq in enumerate(batch.seqs):
-        if len(seq.page_tables) != 1:
-            raise NotImplementedError("kvp > 1 batches need the KVP executor (parallelism issue)")
-        n, p0 = seq.num_tokens, seq.start_pos
-        pages = np.asarray(seq.page_tables[0], np.int32)
-        pos = np.arange(p0, p0 + n, dtype=np.int32)
-        token_ids[t : t + n] = seq.token_ids
-        positions[t : t + n] = pos
-        slot_mapping[t : t + n] = pages[pos // page_size] * page_size + pos % page_size
-        page_table[i, : len(pages)] = pages
-        q_offsets[i] = p0
-        kv_lens[i] = p0 + n
-        t += n
-        cu[i + 1] = t
-        logits_indices[i] = t - 1
         sp = seq.request.sampling_params
         temperature[i] = sp.temperature
         top_k[i] = sp.top_k
         top_p[i] = sp.top_p
         seed[i] = seeds[seq.request_id] & 0xFFFFFFFF
         step[i] = seq.request.num_output_tokens
-    cu[len(batch.seqs) + 1 :] = t
-    return PackedBatch(bucket, token_ids, positions, slot_mapping, cu, q_offsets, kv_lens, page_table,
-                       logits_indices, temperature, top_k, top_p, seed, step)
+    return PackedBatch(bucket, **arrays, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, step=step)
+
+
+def empty(bucket: Bucket, kvp: int) -> PackedBatch:
+    """A microbatch with no tokens and no sequences (pipeline slots with nothing in them)."""
+    arrays = pack_arrays([], 1, tokens=bucket.tokens, num_seqs=bucket.seqs, pages=bucket.pages, kvp=kvp)
+    S = bucket.seqs
+    return PackedBatch(bucket, **arrays, temperature=np.zeros(S, np.float32), top_k=np.zeros(S, np.int32),
+                       top_p=np.ones(S, np.float32), seed=np.zeros(S, np.uint32), step=np.zeros(S, np.int32))
+
+
+def pad_to(pb: PackedBatch, bucket: Bucket) -> PackedBatch:
+    """The same microbatch in a bucket at least as large in every dimension."""
+    if bucket == pb.bucket:
+        return pb
+    dt, ds, dp = (bucket.tokens - pb.bucket.tokens, bucket.seqs - pb.bucket.seqs, bucket.pages - pb.bucket.pages)
+    if min(dt, ds, dp) < 0:
+        raise ValueError(f"cannot pad a batch of bucket {pb.bucket} down to {bucket}")
+    last = lambda a, n, **kw: np.pad(a, [(0, 0)] * (a.ndim - 1) + [(0, n)], **kw)  # noqa: E731
+    return dataclasses.replace(
+        pb, bucket=bucket,
+        token_ids=last(pb.token_ids, dt), positions=last(pb.positions, dt),
+        slot_mapping=last(pb.slot_mapping, dt, constant_values=-1),
+        cu_q_lens=last(pb.cu_q_lens, ds, mode="edge"),
+        q_offsets=last(pb.q_offsets, ds), kv_lens=last(pb.kv_lens, ds),
+        page_table=np.pad(pb.page_table, ((0, 0), (0, ds), (0, dp))),
+        logits_indices=last(pb.logits_indices, ds), temperature=last(pb.temperature, ds),
+        top_k=last(pb.top_k, ds), top_p=last(pb.top_p, ds, constant_values=1.0), seed=last(pb.seed, ds),
+        step=last(pb.step, ds),
+    )

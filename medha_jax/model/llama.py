@@ -6,10 +6,15 @@ K = KVHr/tp kv heads, Dh head width, F/tp MLP columns, V/tp vocab rows):
     token_ids -> vocab-parallel embedding lookup, psum(tp)            x: [T, D]
     per local layer (lax.scan over the [L/spp, ...] stack):
         RMSNorm -> q [T, H/tp, Dh], k/v [T, K, Dh] -> RoPE(q, k)
-        -> write k/v at slot_mapping into this layer's pages (slot -1 dropped)
-        -> attention_fn over the pages -> wo, psum(tp) -> residual
+        -> write k/v at this kvp group's slot_mapping into this layer's pages (slot -1 dropped)
+        -> attention_fn over the group's pages -> (o, lse); kvp > 1: all_gather(kvp) and
+           log-sum-exp merge, so every group holds the full attention output
+        -> wo, psum(tp) -> residual
         -> RMSNorm -> SwiGLU gate/up [T, F/tp] -> down, psum(tp) -> residual
     rows logits_indices -> final RMSNorm -> lm_head [S, V/tp] -> all_gather(tp) -> [S, V] f32
+
+The pieces (`embed`, `run_layers`, `final_logits`, `next_stage`) are shared by `forward` (one
+batch through all stages in turn) and the pipeline tick of `medha_jax.model.pipeline`.
 
 The KV cache travels through the layer scan as the full local [L/spp, N, page, K, Dh] arrays in
 the carry and is updated in place at [layer, slot]; attention reads layer l's pages.
@@ -28,6 +33,7 @@ from jax import lax
 from medha_jax.model.config import LlamaConfig
 from medha_jax.model.inputs import ModelInputs
 from medha_jax.model.rope import apply_rope, inv_freq
+from pallas_kernels.merge import merge_attention
 
 AttentionFn = Callable[..., tuple[jnp.ndarray, jnp.ndarray]]
 
@@ -56,6 +62,35 @@ def _write_kv(cache: jnp.ndarray, layer: jnp.ndarray, slots: jnp.ndarray, new: j
     return cache.at[layer, pages, slots % page].set(new.astype(cache.dtype), mode="drop")
 
 
+def local_inputs(inp: ModelInputs, stacked: bool) -> ModelInputs:
+    """This device's block of the step inputs with the mesh dims dropped: group fields lose
+    their kvp dim (and the stage dim when `stacked`), shared fields the stage dim."""
+    lead = 1 if stacked else 0
+    drop = lambda a, n: a.reshape(a.shape[n:])  # noqa: E731
+    return ModelInputs(
+        token_ids=drop(inp.token_ids, lead), positions=drop(inp.positions, lead),
+        slot_mapping=drop(inp.slot_mapping, lead + 1), cu_q_lens=drop(inp.cu_q_lens, lead),
+        q_offsets=drop(inp.q_offsets, lead + 1), kv_lens=drop(inp.kv_lens, lead + 1),
+        page_table=drop(inp.page_table, lead + 1), logits_indices=drop(inp.logits_indices, lead),
+    )
+
+
+def _attention(attention_fn: AttentionFn, q, k_pages, v_pages, inp: ModelInputs, scale: float):
+    """Paged attention over this group's pages, merged over the kvp groups by log-sum-exp.
+
+    Every group attends all query tokens to its local pages (a group holding none of a
+    sequence's keys returns lse -inf for it); all_gather over kvp moves [kvp, T, H/tp, Dh]
+    partial outputs (proportional to query tokens, never to KV length) and every group merges
+    them, so activations stay identical over kvp."""
+    out, lse = attention_fn(q, k_pages, v_pages, inp.page_table, inp.cu_q_lens, inp.q_offsets, inp.kv_lens,
+                            scale=scale)  # out: [T, H/tp, Dh]; lse: f32[T, H/tp]
+    if lax.axis_size("kvp") == 1:
+        return out
+    outs = lax.all_gather(out, "kvp")  # outs: [kvp, T, H/tp, Dh]
+    lses = lax.all_gather(lse, "kvp")  # lses: f32[kvp, T, H/tp]
+    return merge_attention(outs, lses)[0]
+
+
 def _layer(cfg: LlamaConfig, freq, inp: ModelInputs, attention_fn: AttentionFn, carry, xs):
     x, kv_k, kv_v = carry  # x: [T, D]; kv_k, kv_v: [Ll, N, page, K, Dh]
     lp, layer = xs  # lp: this layer's weights (leading layer axis removed)
@@ -67,10 +102,7 @@ def _layer(cfg: LlamaConfig, freq, inp: ModelInputs, attention_fn: AttentionFn, 
     k = apply_rope(k, inp.positions, freq)
     kv_k = _write_kv(kv_k, layer, inp.slot_mapping, k)
     kv_v = _write_kv(kv_v, layer, inp.slot_mapping, v)
-    attn, _ = attention_fn(
-        q, kv_k[layer], kv_v[layer], inp.page_table, inp.cu_q_lens, inp.q_offsets, inp.kv_lens,
-        scale=cfg.head_dim ** -0.5,
-    )  # attn: [T, H/tp, Dh]
+    attn = _attention(attention_fn, q, kv_k[layer], kv_v[layer], inp, cfg.head_dim ** -0.5)  # [T, H/tp, Dh]
     o = jnp.einsum("thk,hkd->td", attn.astype(x.dtype), lp["wo"])  # o: [T, D] partial sum
     x = x + lax.psum(o, "tp")
     y = rms_norm(x, lp["mlp_norm"], cfg.rms_norm_eps)
@@ -81,25 +113,58 @@ def _layer(cfg: LlamaConfig, freq, inp: ModelInputs, attention_fn: AttentionFn, 
     return (x, kv_k, kv_v), None
 
 
-def forward(params, kv_k, kv_v, inp: ModelInputs, cfg: LlamaConfig, attention_fn: AttentionFn):
-    """Per-device forward. Returns (logits f32[S, vocab_size], kv_k, kv_v) with the new K/V written.
+def embed(params, inp: ModelInputs) -> jnp.ndarray:
+    """Token embeddings x: [T, D] in the params' dtype."""
+    return embed_lookup(params["embed"], inp.token_ids).astype(params["embed"].dtype)
 
-    params: per-device slices of the tree in `sharding.PARAM_AXES`; kv_k, kv_v: [L/spp, N/kvp,
-    page, K, Dh]; inp: replicated `ModelInputs`; attention_fn: the paged-attention contract of
-    `pallas_kernels.reference`.
-    """
-    if lax.axis_size("spp") != 1:
-        raise NotImplementedError("spp>1 needs the pipeline tick (parallelism issue)")
-    if lax.axis_size("kvp") != 1:
-        raise NotImplementedError("kvp>1 needs the KVP attention merge (parallelism issue)")
-    dtype = params["embed"].dtype
-    x = embed_lookup(params["embed"], inp.token_ids).astype(dtype)  # x: [T, D]
+
+def run_layers(params, kv_k, kv_v, x, inp: ModelInputs, cfg: LlamaConfig, attention_fn: AttentionFn):
+    """This stage's layers (the local [L/spp, ...] stack) over x: [T, D] -> (x, kv_k, kv_v)."""
     n_local = params["layers"]["wq"].shape[0]
-    body = lambda carry, xs: _layer(cfg, inv_freq(cfg), inp, attention_fn, carry, xs)
+    body = lambda carry, xs: _layer(cfg, inv_freq(cfg), inp, attention_fn, carry, xs)  # noqa: E731
     (x, kv_k, kv_v), _ = lax.scan(
         body, (x, kv_k, kv_v), (params["layers"], jnp.arange(n_local, dtype=jnp.int32)))
+    return x, kv_k, kv_v
+
+
+def final_logits(params, x, inp: ModelInputs, cfg: LlamaConfig) -> jnp.ndarray:
+    """Rows logits_indices of the last hidden state x: [T, D] -> logits f32[S, V]."""
     h = rms_norm(x[inp.logits_indices], params["final_norm"], cfg.rms_norm_eps)  # h: [S, D]
     head = params["embed"] if cfg.tie_word_embeddings else params["lm_head"]  # head: [V/tp, D]
     logits = jnp.einsum("sd,vd->sv", h, head, preferred_element_type=jnp.float32)  # [S, V/tp]
     logits = lax.all_gather(logits, "tp", axis=1, tiled=True)[:, : cfg.vocab_size]  # f32[S, V]
-    return logits.astype(jnp.float32), kv_k, kv_v
+    return logits.astype(jnp.float32)
+
+
+def next_stage(x: jnp.ndarray) -> jnp.ndarray:
+    """Send x to the next pipeline stage (stage 0 receives zeros)."""
+    n = lax.axis_size("spp")
+    return lax.ppermute(x, "spp", [(i, i + 1) for i in range(n - 1)])
+
+
+def forward(params, kv_k, kv_v, inp: ModelInputs, cfg: LlamaConfig, attention_fn: AttentionFn):
+    """Per-device forward of one batch through every stage. Returns (logits f32[S, vocab_size],
+    kv_k, kv_v) with the new K/V written; logits are replicated over the whole mesh.
+
+    params: per-device slices of the tree in `sharding.PARAM_AXES`; kv_k, kv_v: [L/spp, N/kvp,
+    page, K, Dh]; inp: this device's `ModelInputs` block (group fields [1, ...]: this kvp
+    group's); attention_fn: the paged-attention contract of `pallas_kernels.reference`.
+
+    With spp > 1 the batch walks the stages one after another (round r: stage r runs; the
+    others compute on nothing and write no K/V), which is spp times the work of one stage: the
+    serving path pipelines microbatches instead (`model.pipeline`); this is the plain
+    reference that tests and simple loops use.
+    """
+    inp = local_inputs(inp, stacked=False)
+    spp = lax.axis_size("spp")
+    stage = lax.axis_index("spp")
+    x = embed(params, inp)  # x: [T, D]
+    for r in range(spp):
+        mine = inp.replace(slot_mapping=jnp.where(stage == r, inp.slot_mapping, -1))
+        x, kv_k, kv_v = run_layers(params, kv_k, kv_v, x, mine, cfg, attention_fn)
+        if r < spp - 1:
+            x = next_stage(x)
+    logits = final_logits(params, x, inp, cfg)
+    if spp > 1:  # the last stage holds the real logits
+        logits = lax.psum(jnp.where(stage == spp - 1, logits, 0.0), "spp")
+    return logits, kv_k, kv_v

@@ -1,10 +1,11 @@
 """The global view of the model: shard_map wrapper, sharded KV cache, param shardings.
 
 Data flow: global params (sharded as in `sharding.PARAM_AXES`) + global KV cache
-[L, N, page, KVHr, Dh] sharded P("spp", "kvp", None, "tp", None) + replicated `ModelInputs`
--> `jax.shard_map(llama.forward)` -> replicated logits f32[S, V] + the updated cache (same
-sharding). The returned function is jittable; the executor jits it with sampling and donates the
-cache.
+[L, N, page, KVHr, Dh] sharded P("spp", "kvp", None, "tp", None) + `ModelInputs` (group fields
+sharded over kvp, the rest replicated) -> `jax.shard_map(llama.forward)` -> replicated logits
+f32[S, V] + the updated cache (same sharding). The returned function is jittable. It runs one
+batch through every stage in turn; the serving path pipelines microbatches over the stages with
+`medha_jax.model.pipeline.make_step`.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ param_shardings = sharding.param_shardings
 def make_forward(cfg: LlamaConfig, mesh: Mesh, attention_fn: AttentionFn):
     """`(params, kv_k, kv_v, inp) -> (logits f32[S, V], kv_k, kv_v)` over `mesh`.
 
-    Raises ValueError if cfg does not split over the mesh, NotImplementedError (at trace time)
-    for spp > 1 or kvp > 1.
+    inp: `ModelInputs` whose group fields have a leading kvp dim (`model.make_inputs(...,
+    kvp=...)`). Raises ValueError if cfg does not split over the mesh.
     """
     sharding.layout(cfg, mesh)
     per_device = functools.partial(forward, cfg=cfg, attention_fn=attention_fn)
@@ -34,11 +35,12 @@ def make_forward(cfg: LlamaConfig, mesh: Mesh, attention_fn: AttentionFn):
     return jax.shard_map(
         per_device,
         mesh=mesh,
-        in_specs=(sharding.param_specs(cfg), kv, kv, P()),
+        in_specs=(sharding.param_specs(cfg), kv, kv, sharding.input_specs(stacked=False)),
         out_specs=(P(), kv, kv),
         # Attention kernels (Pallas calls, loops with freshly made carries) carry no
-        # varying-manual-axes annotations, so the vma type check would reject them. Replication
-        # of the logits over tp comes from the all_gather; over spp/kvp from their size 1 today.
+        # varying-manual-axes annotations, so the vma type check would reject them. The logits
+        # are replicated by construction: all_gather over tp, the kvp merge makes every group's
+        # activations equal, and a masked psum over spp broadcasts the last stage's.
         check_vma=False,
     )
 

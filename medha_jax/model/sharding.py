@@ -17,6 +17,11 @@ Why each choice:
 - "pages" -> kvp: each kvp group has its own page pool. "page_slot" and "head_dim": replicated.
 - "embed" (the width D): replicated; activations [T, D] are replicated over tp.
 - Everything is replicated over kvp (each kvp group is a full model replica).
+- Step inputs (`INPUT_AXES`): "groups" -> kvp (each kvp group gets its own slot mapping,
+  q offsets, kv lengths and page table, for the pages it holds); "stage" -> spp (the pipeline
+  tick stacks one microbatch per stage, and stage s reads row s); token and sequence dims are
+  replicated.
+- Pipeline activations [spp, T, D] ("stage", "tokens", "embed"): row s lives on stage s.
 
 KV-head replication: when tp > num_kv_heads (tp % num_kv_heads == 0) every kv head is copied
 tp/num_kv_heads times, so the params and the cache hold `Layout.kv_heads == tp` kv heads and
@@ -45,6 +50,11 @@ LOGICAL_TO_MESH: dict[str, str | None] = {
     "mlp": "tp",
     "pages": "kvp",
     "page_slot": None,
+    "groups": "kvp",
+    "stage": "spp",
+    "tokens": None,
+    "seqs": None,
+    "table_cols": None,
 }
 
 # Logical dimensions of every parameter (global shapes in `param_shapes`).
@@ -67,6 +77,19 @@ PARAM_AXES: dict[str, Any] = {
 
 KV_CACHE_AXES = ("layers", "pages", "page_slot", "kv_heads", "head_dim")  # [L, N, page, KVHr, Dh]
 
+# Logical dimensions of the `ModelInputs` fields of one microbatch (cu_q_lens has S+1 entries).
+INPUT_AXES: dict[str, tuple[str, ...]] = {
+    "token_ids": ("tokens",),  # [T]
+    "positions": ("tokens",),  # [T]
+    "slot_mapping": ("groups", "tokens"),  # [kvp, T]
+    "cu_q_lens": ("seqs",),  # [S+1]
+    "q_offsets": ("groups", "seqs"),  # [kvp, S]
+    "kv_lens": ("groups", "seqs"),  # [kvp, S]
+    "page_table": ("groups", "seqs", "table_cols"),  # [kvp, S, P]
+    "logits_indices": ("seqs",),  # [S]
+}
+ACTS_AXES = ("stage", "tokens", "embed")  # pipeline activations [spp, T, D]
+
 
 def spec(axes: tuple[str, ...]) -> P:
     """PartitionSpec of an array whose dimensions have these logical names."""
@@ -74,6 +97,15 @@ def spec(axes: tuple[str, ...]) -> P:
 
 
 KV_CACHE_SPEC = spec(KV_CACHE_AXES)  # P("spp", "kvp", None, "tp", None)
+ACTS_SPEC = spec(ACTS_AXES)  # P("spp", None, None)
+
+
+def input_specs(stacked: bool):
+    """PartitionSpec of every `ModelInputs` field; `stacked`: with the pipeline's leading stage dim."""
+    from medha_jax.model.inputs import ModelInputs
+
+    lead = ("stage",) if stacked else ()
+    return ModelInputs(**{f: spec(lead + axes) for f, axes in INPUT_AXES.items()})
 
 
 @dataclass(frozen=True, slots=True)

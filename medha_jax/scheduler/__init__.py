@@ -7,7 +7,8 @@
 
 Modules: config (SchedulerConfig), base (Scheduler: queues, pages, preemption, records),
 policies (priority order), token_budget / time_budget (what goes into a batch), chunking (the
-chunk-size binary search), predictor (RuntimePredictor, profiles), prefill_cache (Algorithm 3),
+chunk-size binary search), predictor (RuntimePredictor, profiles), kvp_cost (the slowest kvp
+group's predicted time), prefill_cache (Algorithm 3),
 records (Composition, IterationRecord), replay (a discrete-event driver on a simulated clock).
 Pure Python, no JAX: the engine and the simulator run the same code.
 """

@@ -22,7 +22,12 @@ Waiting requests never preempt: they wait for free pages.
 
 A request is "in flight" from `schedule` until `on_batch_done` for the batch holding it; an
 in-flight request is neither scheduled again nor preempted, so an engine may form the next batch
-before the previous one finishes. Pure Python, no JAX.
+before the previous one finishes. A stream-pipelined engine (spp > 1) reports a batch done once
+it has passed the first stage: its prefill chunks count as computed (the next chunk may follow
+at once), and a request whose final chunk or decode is still in the pipeline has nothing left to
+compute until its token is appended, so it is neither scheduled nor chosen as a victim.
+
+With kvp > 1 predicted times are the slowest kvp group's (`kvp_cost`). Pure Python, no JAX.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from medha_jax.batch import ScheduledBatch, ScheduledSeq
 from medha_jax.kv_cache_manager import KVCacheManager
 from medha_jax.request import Request, RequestStatus
 from medha_jax.scheduler.config import SchedulerConfig
+from medha_jax.scheduler.kvp_cost import predict_pairs
 from medha_jax.scheduler.records import Composition, IterationLog, IterationRecord
 
 
@@ -184,7 +190,10 @@ class Scheduler:
         if n_decodes and len(batch.seqs) > n_decodes:  # the contract: prefill chunks first
             batch.seqs = batch.seqs[n_decodes:] + batch.seqs[:n_decodes]
         if batch.seqs and self.predictor is not None and batch.predicted_time is None:
-            batch.predicted_time = self.predictor.predict(Composition.from_batch(batch))
+            if self.kv.kvp == 1:
+                batch.predicted_time = self.predictor.predict(Composition.from_batch(batch))
+            else:
+                batch.predicted_time = predict_pairs(self.predictor, self.kv, Composition.from_batch(batch).seqs)
         return batch
 
     def on_batch_done(self, batch: ScheduledBatch, now: float, measured_time: float | None = None) -> None:
@@ -202,7 +211,11 @@ class Scheduler:
             comp = Composition.from_batch(batch)
             self.records.append(IterationRecord(comp, batch.predicted_time, measured_time, now))
             if self.predictor is not None and measured_time is not None and batch.predicted_time:
-                self.predictor.observe(comp, measured_time)
+                if self.kv.kvp == 1:
+                    self.predictor.observe(comp, measured_time)
+                else:  # the slowest kvp group's raw prediction
+                    self.predictor.observe_raw(predict_pairs(self.predictor, self.kv, comp.seqs, raw=True),
+                                               measured_time)
 
     # ---- helpers shared by the packers ------------------------------------------------------
     def ready(self, req: Request) -> bool:
@@ -257,7 +270,8 @@ class Scheduler:
         floor = None if decode else key(requester, now)
         worst, worst_key = None, None
         for r in self.running:
-            if r is requester or r in self._in_flight or self.is_decode(r):
+            # num_remaining_tokens == 0: its last chunk or decode is still in the pipeline (SPP).
+            if r is requester or r in self._in_flight or self.is_decode(r) or r.num_remaining_tokens == 0:
                 continue
             k = key(r, now)
             if (floor is None or k > floor) and (worst is None or k > worst_key):

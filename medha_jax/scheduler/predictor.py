@@ -106,7 +106,10 @@ class RuntimePredictor:
     # ---- online correction -----------------------------------------------------------------
     def observe(self, comp: Composition, measured: float) -> None:
         """Fold one measured iteration into the correction factor (ratios clamped to [0.2, 5])."""
-        raw = self.predict_raw(comp)
+        self.observe_raw(self.predict_raw(comp), measured)
+
+    def observe_raw(self, raw: float, measured: float) -> None:
+        """`observe` given the raw prediction (e.g. the slowest kvp group's, `kvp_cost`)."""
         if raw <= 0.0 or not measured > 0.0:
             return
         ratio = min(max(measured / raw, 0.2), 5.0)
@@ -196,9 +199,9 @@ class BatchCost:
 
     __slots__ = ("c", "corr", "tokens", "chunk_kv", "chunk_sq", "decodes", "decode_kv", "max_ctx", "n")
 
-    def __init__(self, predictor: RuntimePredictor):
+    def __init__(self, predictor: RuntimePredictor, raw: bool = False):
         self.c = predictor._coef
-        self.corr = predictor.correction
+        self.corr = 1.0 if raw else predictor.correction
         self.tokens = self.chunk_kv = self.chunk_sq = self.decodes = self.decode_kv = self.max_ctx = 0
         self.n = 0
 

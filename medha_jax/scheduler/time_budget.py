@@ -1,6 +1,6 @@
 """Phase 2 for edf / lrs / lars: prefill chunks under a time budget (Algorithms 1 and 2).
 
-  decodes already in the batch --BatchCost--> t_pred
+  decodes already in the batch --BatchCost (kvp > 1: per group, the slowest counts)--> t_pred
   for each prefill candidate, best priority first (at most max_prefill_candidates looked at):
       stop when t_pred reaches t_target (first prefill) or multi_prefill_fraction * t_target (others)
       long (>= long_threshold tokens processed): skip if the batch already holds a long prefill
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from medha_jax.batch import ScheduledBatch
 from medha_jax.scheduler.chunking import largest_chunk
+from medha_jax.scheduler.kvp_cost import batch_cost
 
 
 class TimeBudgetPacker:
@@ -40,12 +41,15 @@ class TimeBudgetPacker:
         multi_limit = cfg.multi_prefill_fraction * t_target if cfg.multi_prefill else 0.0
         chunk_kw = dict(granularity=cfg.chunk_granularity, min_chunk=cfg.min_chunk,
                         max_chunk=cfg.max_chunk, accept_within=cfg.accept_within)
-        cost = self.predictor.batch_cost()
-        kv_sum = kv_max = 0
-        for s in batch.seqs:  # phase 1 put only decodes here
-            kv_sum += s.start_pos
-            kv_max = max(kv_max, s.start_pos)
-        cost.add_decodes(len(batch.seqs), kv_sum, kv_max)
+        cost = batch_cost(self.predictor, sched.kv)
+        if sched.kv.kvp == 1:
+            kv_sum = kv_max = 0
+            for s in batch.seqs:  # phase 1 put only decodes here
+                kv_sum += s.start_pos
+                kv_max = max(kv_max, s.start_pos)
+            cost.add_decodes(len(batch.seqs), kv_sum, kv_max)
+        else:
+            cost.add_decode_seqs(s.start_pos for s in batch.seqs)
         t_pred = cost.time()
         tokens_left = cfg.max_num_batched_tokens - len(batch.seqs)
         group_len = sched.kv.max_tokens_per_kvp_group

@@ -11,10 +11,9 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from medha_jax.mesh import make_mesh
-from medha_jax.model import init_kv_cache, init_params, make_forward, make_inputs, param_shardings
+from medha_jax.model import init_kv_cache, init_params, param_shardings
 from medha_jax.model import sharding
 from medha_jax.model.config import LlamaConfig
-from pallas_kernels.reference import paged_attention_reference
 
 CFG = LlamaConfig(vocab_size=500, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=8,
                   num_kv_heads=2, head_dim=8)
@@ -67,16 +66,6 @@ def test_cache_and_params_per_device_shapes():
     assert jax.tree.map(lambda a: a.sharding, params) == param_shardings(CFG, mesh)
     with pytest.raises(ValueError, match="num_pages=5 is not divisible by kvp=2"):
         init_kv_cache(CFG, mesh, num_pages=5, page_size=4)
-
-
-@pytest.mark.parametrize("spec,needle", [("spp=2", "spp>1 needs the pipeline tick"), ("kvp=2", "kvp>1")])
-def test_pipeline_and_kvp_not_yet(spec, needle):
-    mesh = make_mesh(spec, devices=jax.devices()[:2])
-    params = init_params(CFG, mesh)
-    k, v = init_kv_cache(CFG, mesh, 4, 4, jnp.float32)
-    inp = make_inputs([([1, 2, 3], 0, [0])], 4)
-    with pytest.raises(NotImplementedError, match=needle):
-        make_forward(CFG, mesh, paged_attention_reference)(params, k, v, inp)
 
 
 def test_random_params_do_not_depend_on_the_mesh():

@@ -1,0 +1,92 @@
+"""The serving step: one stream-pipeline tick over Mesh(kvp, spp, tp), sampling included.
+
+One tick = every stage runs its layers on the microbatch in front of it, then activations move
+one stage on. Per device (stage s = axis_index("spp"), T tokens, D width):
+
+    inp row s (the microbatch fed s ticks ago; rows are stacked on the host, sharded over spp)
+    x = embed(token_ids) on stage 0, else acts[:T] (what stage s-1 sent last tick)   x: [T, D]
+    x -> this stage's layers (K/V written at the group's slots, kvp attention merge)
+    logits of row s -> sample with `samp` (the sampling arrays of the exiting microbatch: only
+        the last stage's draw is kept, broadcast over spp by a masked psum of [S] ints)
+    acts[:T] <- ppermute(x, s -> s+1)                                  acts: [1, T_max, D] per stage
+
+So the microbatch fed at tick t leaves the last stage at tick t + spp - 1 with its sampled
+tokens. Every stage computes logits (SPMD), but ticks are lockstep, so that costs the last
+stage's time only. `acts` is sized for the largest token bucket and sliced to the tick's T, so
+consecutive ticks may use different buckets; the caller donates it with the KV cache. With
+spp == 1 there is no activation state (`acts` is None) and a tick is the plain forward + sample.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from medha_jax.model import sharding
+from medha_jax.model.config import LlamaConfig
+from medha_jax.model.inputs import ModelInputs
+from medha_jax.model.llama import AttentionFn, embed, final_logits, local_inputs, next_stage, run_layers
+
+
+def _tick(params, kv_k, kv_v, acts, inp: ModelInputs, samp, *, cfg: LlamaConfig, attention_fn: AttentionFn,
+          sample_fn):
+    inp = local_inputs(inp, stacked=True)
+    spp = lax.axis_size("spp")
+    x = embed(params, inp)  # x: [T, D]
+    T = x.shape[0]
+    if spp > 1:
+        stage = lax.axis_index("spp")
+        x = jnp.where(stage == 0, x, acts[0, :T].astype(x.dtype))
+    x, kv_k, kv_v = run_layers(params, kv_k, kv_v, x, inp, cfg, attention_fn)
+    tok, logprob = sample_fn(final_logits(params, x, inp, cfg), samp)  # tok: i32[S]; logprob: f32[S]
+    if spp > 1:
+        last = stage == spp - 1
+        tok = lax.psum(jnp.where(last, tok, 0), "spp")
+        logprob = lax.psum(jnp.where(last, logprob, 0.0), "spp")
+        acts = lax.dynamic_update_slice(acts, next_stage(x)[None].astype(acts.dtype), (0, 0, 0))
+    return tok, logprob, kv_k, kv_v, acts
+
+
+def make_step(cfg: LlamaConfig, mesh: Mesh, attention_fn: AttentionFn, sample_fn):
+    """`(params, kv_k, kv_v, acts, inp, samp) -> (tokens i32[S], logprobs f32[S], kv_k, kv_v, acts)`.
+
+    inp: `ModelInputs` with a leading [spp] stage dim on every field (row s = the microbatch at
+    stage s); samp: the sampling arrays of the microbatch at the last stage, replicated;
+    sample_fn(logits f32[S, V], samp) -> (tokens, logprobs). acts: `init_acts(...)` or None
+    when spp == 1. Jittable; donate kv_k, kv_v and acts.
+    """
+    lay = sharding.layout(cfg, mesh)
+    kv = sharding.KV_CACHE_SPEC
+    per_device = functools.partial(_tick, cfg=cfg, attention_fn=attention_fn, sample_fn=sample_fn)
+    common = dict(mesh=mesh, check_vma=False)  # see make_forward: the kernels carry no vma types
+    if lay.spp == 1:
+        mapped = jax.shard_map(
+            lambda p, k, v, i, s: per_device(p, k, v, None, i, s)[:4], **common,
+            in_specs=(sharding.param_specs(cfg), kv, kv, sharding.input_specs(stacked=True), P()),
+            out_specs=(P(), P(), kv, kv))
+
+        def step(params, kv_k, kv_v, acts, inp, samp):
+            return (*mapped(params, kv_k, kv_v, inp, samp), None)
+
+        return step
+    return jax.shard_map(
+        per_device, **common,
+        in_specs=(sharding.param_specs(cfg), kv, kv, sharding.ACTS_SPEC, sharding.input_specs(stacked=True), P()),
+        out_specs=(P(), P(), kv, kv, sharding.ACTS_SPEC))
+
+
+def acts_sharding(mesh: Mesh) -> NamedSharding:
+    return NamedSharding(mesh, sharding.ACTS_SPEC)
+
+
+def init_acts(cfg: LlamaConfig, mesh: Mesh, max_tokens: int, dtype) -> jax.Array | None:
+    """Zero pipeline activations [spp, max_tokens, D] (row s on stage s); None when spp == 1."""
+    spp = sharding.layout(cfg, mesh).spp
+    if spp == 1:
+        return None
+    shape = (spp, max_tokens, cfg.hidden_size)
+    return jax.jit(lambda: jnp.zeros(shape, dtype), out_shardings=acts_sharding(mesh))()
