@@ -3,6 +3,7 @@
   composition grid (prefill chunks x KV lengths, decode batches x KV lengths, hybrids)
     -> synthetic ScheduledBatch over scratch pages of the (idle) KV cache
     -> Executor.execute (the same compiled step that serves), median of `repeats` timings
+       (with a stream pipeline: steady-state ticks, every stage holding the composition)
     -> samples [(Composition, seconds)] -> RuntimePredictor.fit on a random 80%,
        MAPE on the held-out 20% -> profile JSON keyed by (model, mesh, dtype, device)
 
@@ -77,6 +78,9 @@ def measure(executor, comps: Iterable[Composition], *, vocab_size: int, repeats:
     for comp in it:
         batch = synthetic_batch(comp, executor.page_size, executor.num_pages, vocab_size)
         seeds = {s.request_id: 0 for s in batch.seqs}
+        if getattr(executor, "depth", 1) > 1:
+            samples.append((comp, statistics.median(_tick_times(executor, batch, seeds, repeats))))
+            continue
         executor.execute(batch, seeds)  # first run pays any compile, not timed
         times = []
         for _ in range(repeats):
@@ -85,6 +89,22 @@ def measure(executor, comps: Iterable[Composition], *, vocab_size: int, repeats:
             times.append(time.perf_counter() - t0)
         samples.append((comp, statistics.median(times)))
     return samples
+
+
+def _tick_times(executor, batch, seeds, repeats: int) -> list[float]:
+    """Stream pipeline (spp > 1): an iteration is one tick, and the scheduler's budget is per
+    tick, so time ticks in the steady state where every stage holds this composition (the batch
+    fed on every tick), then drain the pipeline."""
+    for _ in range(executor.depth):  # fill (the first tick pays any compile)
+        executor.tick(batch, seeds)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        executor.tick(batch, seeds)  # returns the exiting batch's host arrays: the tick is done
+        times.append(time.perf_counter() - t0)
+    while not executor.idle:
+        executor.tick(None, seeds)
+    return times
 
 
 def fit_with_holdout(samples, *, holdout: float = 0.2, seed: int = 0, key=None):

@@ -10,7 +10,9 @@ clock readings; a broadcast of the packed arrays is simpler and needs no clock a
     leader  Executor._send(op, arrays) -> Channel.send: header i32[2] (op, payload bytes), then the
             arrays as one .npz byte buffer padded to a power of two (few distinct shapes, so
             few compiles of the broadcast program)
-    follower follow(executor): receive -> "run" -> executor.run_arrays(arrays)
+    follower follow(executor): receive -> "run" -> executor.run_arrays(arrays) (a failure is
+                                          logged: the leader fails the same step and follows
+                                          with "reset_pipeline" / "reset_kv")
                                           "reset_kv" / "reset_pipeline" -> same call
                                           "shutdown" -> return
 
@@ -102,7 +104,10 @@ def follow(executor) -> int:
     while True:
         op, arrays = receive()
         if op == "run":
-            executor.run_arrays(arrays)
+            try:
+                executor.run_arrays(arrays)
+            except Exception:  # noqa: BLE001 - the leader fails the same step and sends the resets
+                log.exception("step %d failed; waiting for the leader's resets", ticks)
             ticks += 1
         elif op == "reset_kv":
             executor.reset_kv_cache()
