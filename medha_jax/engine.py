@@ -147,10 +147,6 @@ class Engine:
         with self._lock:
             return bool(self._live)
 
-    @property
-    def num_live(self) -> int:
-        return len(self._live)
-
     def step(self) -> list[RequestOutput]:
         outs = self._drain_pending()
         batch = self.scheduler.schedule(self.clock())

@@ -128,10 +128,6 @@ class Executor:
         self.warmed_up = True
         return len(buckets)
 
-    @property
-    def num_compiled(self) -> int:
-        return len(self._compiled)
-
     # ---- device state ------------------------------------------------------------------
     def kv_cache_lost(self) -> bool:
         """True when a failed step consumed the donated cache buffers."""
