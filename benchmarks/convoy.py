@@ -108,6 +108,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="seconds of short arrivals (auto: long arrival + 2 x its whole prefill + 15 s)")
     g.add_argument("--t-target", type=float, default=None, help="edf/lars iteration budget (auto)")
     g.add_argument("--deadline-min", type=float, default=None, help="TTFT deadline floor (auto)")
+    ap.add_argument("--from-json", default=None, metavar="PATH",
+                    help="no runs: rebuild the table, busy fractions, .md and plots from a results JSON")
     g.add_argument("--drain-limit", type=float, default=900.0,
                    help="seconds after the last arrival before unfinished requests are cancelled")
     ns = ap.parse_args(argv)
@@ -388,9 +390,9 @@ def busy_windows(timeline, results) -> dict:
     end = max((r.finish_s for r in results if r.finish_s is not None), default=timeline[-1][0])
 
     def frac(t0, t1):
-        # an iteration's seconds are counted when it ends: take the last sample at or before t0 and
-        # the first at or after t1, so an iteration that spans the window's end is inside it
-        lo = max((p for p in timeline if p[0] <= t0), default=timeline[0], key=lambda p: p[0])
+        # an iteration's seconds are counted when it ends: both bounds are the first sample at or
+        # after the boundary, so an iteration that ends at a boundary falls in the window it ends
+        lo = min((p for p in timeline if p[0] >= t0), default=timeline[-1], key=lambda p: p[0])
         hi = min((p for p in timeline if p[0] >= t1), default=timeline[-1], key=lambda p: p[0])
         if hi[0] - lo[0] <= 0:
             return None
@@ -417,8 +419,36 @@ def engine_stats(before: dict, after: dict, wall_s: float) -> dict:
 
 
 # ---- main ------------------------------------------------------------------------------------------
+def rerender(ns) -> int:
+    """Table, busy fractions, .md and plots again from a results JSON (same name, beside it unless --out)."""
+    from convoy_client import RequestResult
+
+    with open(ns.from_json) as f:
+        report = json.load(f)
+    runs = {}
+    for p, rec in report["configs"].items():
+        runs[p] = [RequestResult(**{k: v for k, v in q.items() if k not in ("ttft_s", "tpot_s", "e2e_s")})
+                   for q in rec["requests"]]
+        rec["summary"] = summarize(runs[p])
+        if rec.get("busy_timeline"):
+            rec["busy_windows"] = busy_windows(rec["busy_timeline"], runs[p])
+    summaries = {p: report["configs"][p]["summary"] for p in sorted(runs, key=_order)}
+    report["criteria"] = criteria(summaries)
+    if ns.out == parse_args([]).out:
+        ns.out = os.path.dirname(os.path.abspath(ns.from_json))
+    if ns.name == "convoy":
+        ns.name = os.path.splitext(os.path.basename(ns.from_json))[0]
+    write_results(ns, report, runs, summaries, report["choice"])
+    print(text_table(summaries))
+    for line in criteria_lines(report["criteria"]):
+        print(line)
+    return 0
+
+
 def main(argv=None) -> int:
     ns = parse_args(argv)
+    if ns.from_json:
+        return rerender(ns)
     t_start = time.monotonic()
     workdir = ns.workdir or tempfile.mkdtemp(prefix="convoy-")
     os.makedirs(workdir, exist_ok=True)
@@ -572,6 +602,12 @@ def write_results(ns, report: dict, runs: dict, summaries: dict, choice: dict) -
            f"{choice['long_len']} tokens at t={choice['long_arrival_s']:g} s. t_target {choice['t_target']:g} s, "
            f"deadline_min {choice['deadline_min']:g} s."), "",
           markdown_table(summaries), ""] + criteria_lines(report["criteria"]) + [""]
+    busy = [f"- {p}: " + ", ".join(f"{k.replace('_', ' ')} {v['busy_fraction']:.2f}"
+                                   for k, v in report["configs"][p].get("busy_windows", {}).items())
+            for p in ordered if report["configs"][p].get("busy_windows")]
+    if busy:
+        md += ["Engine busy fraction (iteration time / wall time) before the long request, while its prefill "
+               "is pending, and after:", ""] + busy + [""]
     with open(base + ".md", "w") as f:
         f.write("\n".join(md))
 
