@@ -39,7 +39,9 @@ class Experiment:
         self.profile = profile
         self.t_target = t_target
         self.deadline_k, self.deadline_min = deadline_k, deadline_min
-        self.config = {"t_target": t_target, "deadline_k": deadline_k, "deadline_min": deadline_min, **(config or {})}
+        # prefill-time caches stay in memory: a simulation leaves nothing behind on disk
+        self.config = {"t_target": t_target, "deadline_k": deadline_k, "deadline_min": deadline_min,
+                       "prefill_cache_dir": None, **(config or {})}
         if hasattr(profile.device, "predictor"):  # a measured profile already is a predictor
             self.predictor, self.predictor_info = profile.device.predictor, {"kind": "measured profile"}
         else:

@@ -11,13 +11,17 @@
                               but not its multi-prefill batching)
   lars                        LARS without multi-prefill batching and space sharing
   medha                       LARS + multi-prefill batching + space sharing (the scheduler's lars)
+  medha-wtotal                the same with LARS as the paper writes it, rho = slack / w_total; the
+                              engine follows the authors' code, rho = slack / D (D = max(1.5 w, 0.5 s)
+                              is ~10x w for short prompts, so a short request is held back ~10x longer
+                              once some long request is late)
   pecsched                    short-first preemption (PecSched): short prompts always before long
                               ones, chunked under the time budget; long ones run in the gaps
   priority                    strict non-preemptive priority (PecSched's "Priority" baseline, after
                               Past-Future): shorts first, a long prompt starts only when no short
                               one waits and then runs whole
 
-The two PecSched-style policies are defined here (not in the engine's registry): the simulator
+medha-wtotal and the two PecSched-style policies are defined here (not in the engine's registry): the simulator
 builds `Scheduler(config, kv, policy, packer, predictor)` with them, the constructor the
 registry itself uses. Pure Python.
 """
@@ -28,8 +32,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from medha_jax.request import Request
-from medha_jax.scheduler import Scheduler, SchedulerConfig, make_scheduler
-from medha_jax.scheduler.policies import Policy
+from medha_jax.scheduler import PrefillTimeCache, Scheduler, SchedulerConfig, make_scheduler
+from medha_jax.scheduler.policies import LARSPolicy, Policy
 from medha_jax.scheduler.time_budget import TimeBudgetPacker
 from medha_jax.scheduler.token_budget import TokenBudgetPacker
 
@@ -59,6 +63,26 @@ class ShortFirstPolicy(Policy):
         return 0.0
 
 
+class PaperLARSPolicy(LARSPolicy):
+    """LARS with the paper's normalisation (Medha 4.1): rho = slack / w_total, w_total the predicted
+    prefill time of the prompt alone; space sharing uses the same rho."""
+
+    name = "lars_wtotal"
+
+    def _w(self, request: Request) -> float:
+        return max(self.work(request), 1e-9)
+
+    def key(self, request: Request, now: float) -> float:
+        return self.slack(request, now) / self._w(request)
+
+    def relative_slack(self, request: Request, now: float) -> float:
+        return self.slack(request, now) / self._w(request)
+
+    def group_and_key(self, request: Request):
+        """Group by w_total: (anchor - now) / w keeps its order among equal w (the index's contract)."""
+        return self._w(request), self._fresh(request)[3]
+
+
 @dataclass(frozen=True)
 class SimPolicy:
     name: str
@@ -83,6 +107,12 @@ def _custom(config_policy: str, packer: str, long_prompt: int = LONG_PROMPT):
     return build
 
 
+def _paper_lars(kv, predictor, **overrides):
+    cfg = SchedulerConfig(policy="lars", **overrides)
+    policy = PaperLARSPolicy(PrefillTimeCache(predictor, cfg), cfg.deadline_k, cfg.deadline_min)
+    return Scheduler(cfg, kv, policy, TimeBudgetPacker(predictor), predictor)
+
+
 POLICIES: dict[str, SimPolicy] = {p.name: p for p in [
     SimPolicy("sarathi-512", "FCFS, 512-token chunks (Sarathi-Serve)", _registry("fcfs", max_num_batched_tokens=512)),
     SimPolicy("sarathi-2048", "FCFS, 2048-token chunks (Sarathi-Serve)", _registry("fcfs", max_num_batched_tokens=2048)),
@@ -95,6 +125,7 @@ POLICIES: dict[str, SimPolicy] = {p.name: p for p in [
     SimPolicy("lars", "LARS, one prefill per batch (no multi-prefill, no space sharing)",
               _registry("lars", multi_prefill=False, rho_max=0.0)),
     SimPolicy("medha", "LARS + multi-prefill batching + space sharing (Medha)", _registry("lars")),
+    SimPolicy("medha-wtotal", "medha with rho = slack / w_total as the paper writes LARS", _paper_lars),
     SimPolicy("pecsched", "short-first preemptive (PecSched-style), time budget", _custom("lars", "time")),
     SimPolicy("priority", "strict non-preemptive short-first priority, whole prompts, elastic SP",
               _custom("fcfs_nonchunked", "whole"), device_kind="elastic_sp"),
