@@ -11,9 +11,9 @@
                  at most --long-prefill-target seconds (the convoy's length under non-chunked FCFS)
        t_target  the iteration budget of edf/lars: 1.5 x the time of the smallest chunk (min_chunk
                  tokens) at KV length L, so the long prefill still fits beside decodes at its end.
-                 (The GPU default, 50 ms, is below this CPU's fixed cost per iteration: LARS then
-                 runs min-size chunks, skips the long prompt whenever decodes are running, and the
-                 system overloads; measured: 535 instead of 1790 tokens/s, the long prompt 11x later.)
+                 (With the GPU default, 50 ms, a min-size chunk of the long prompt overruns the budget
+                 once its KV is long: it runs 32 tokens per iteration, and not at all while decodes
+                 are running; measured: results/convoy_t_target_0.05.md, long prompt 2.6x later.)
        deadline_min  max(0.5 s, 4 x t_target): the engine's 0.5 s floor unless an SLO that tight is
                  under ~4 iterations (the least a chunked scheduler needs to reach a first token)
        QPS       Poisson short requests: --short-load / mean whole-prompt prefill time of a short
@@ -430,6 +430,7 @@ def rerender(ns) -> int:
         runs[p] = [RequestResult(**{k: v for k, v in q.items() if k not in ("ttft_s", "tpot_s", "e2e_s")})
                    for q in rec["requests"]]
         rec["summary"] = summarize(runs[p])
+        rec["requests"] = [r.to_json() for r in runs[p]]
         if rec.get("busy_timeline"):
             rec["busy_windows"] = busy_windows(rec["busy_timeline"], runs[p])
     summaries = {p: report["configs"][p]["summary"] for p in sorted(runs, key=_order)}
@@ -582,7 +583,7 @@ def write_results(ns, report: dict, runs: dict, summaries: dict, choice: dict) -
     os.makedirs(ns.out, exist_ok=True)
     base = os.path.join(ns.out, ns.name)
     with open(base + ".json.tmp", "w") as f:
-        json.dump(report, f, indent=1, default=str)
+        json.dump(report, f, separators=(",", ":"), default=str)  # compact: per-message times of every request
     os.replace(base + ".json.tmp", base + ".json")
     ordered = {p: runs[p] for p in sorted(runs, key=_order)}
     title = (f"demo model on {report['machine'].get('cpu', '?')} ({report['machine'].get('cores')} cores): "

@@ -196,7 +196,8 @@ class RequestResult:
     def to_json(self) -> dict:
         d = asdict(self)
         d.update(ttft_s=self.ttft, tpot_s=self.tpot, e2e_s=self.e2e)
-        return d
+        d["message_times_s"] = [round(t, 4) for t in self.message_times_s]
+        return {k: round(v, 6) if isinstance(v, float) else v for k, v in d.items()}
 
 
 def _request_message(spec: RequestSpec) -> medha_pb2.GenerateRequest:
