@@ -91,6 +91,16 @@ def _attention(attention_fn: AttentionFn, q, k_pages, v_pages, inp: ModelInputs,
     return merge_attention(outs, lses)[0]
 
 
+def _layer_view(kv_k, kv_v, layer, inp: ModelInputs):
+    """Attention's view of one layer without slicing the cache: the stacked [Ll, N, ...] cache
+    reshaped (free: the leading dims merge) to [Ll*N, page, K, Dh] pages, with this layer's page
+    ids offset by layer*N. Slicing kv_k[layer] instead made XLA copy a whole layer of cache every
+    layer of every step (step time grew with the cache size, not the batch)."""
+    L, N = kv_k.shape[:2]
+    flat = lambda c: c.reshape((L * N,) + c.shape[2:])  # noqa: E731
+    return flat(kv_k), flat(kv_v), inp.replace(page_table=inp.page_table + layer * N)
+
+
 def _layer(cfg: LlamaConfig, freq, inp: ModelInputs, attention_fn: AttentionFn, carry, xs):
     x, kv_k, kv_v = carry  # x: [T, D]; kv_k, kv_v: [Ll, N, page, K, Dh]
     lp, layer = xs  # lp: this layer's weights (leading layer axis removed)
@@ -102,7 +112,8 @@ def _layer(cfg: LlamaConfig, freq, inp: ModelInputs, attention_fn: AttentionFn, 
     k = apply_rope(k, inp.positions, freq)
     kv_k = _write_kv(kv_k, layer, inp.slot_mapping, k)
     kv_v = _write_kv(kv_v, layer, inp.slot_mapping, v)
-    attn = _attention(attention_fn, q, kv_k[layer], kv_v[layer], inp, cfg.head_dim ** -0.5)  # [T, H/tp, Dh]
+    k_pages, v_pages, layer_inp = _layer_view(kv_k, kv_v, layer, inp)
+    attn = _attention(attention_fn, q, k_pages, v_pages, layer_inp, cfg.head_dim ** -0.5)  # [T, H/tp, Dh]
     o = jnp.einsum("thk,hkd->td", attn.astype(x.dtype), lp["wo"])  # o: [T, D] partial sum
     x = x + lax.psum(o, "tp")
     y = rms_norm(x, lp["mlp_norm"], cfg.rms_norm_eps)

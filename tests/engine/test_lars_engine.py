@@ -32,8 +32,12 @@ def test_chunks_shrink_as_the_long_prefill_kv_grows(profile_dir):
     sizes = [q for q, _ in chunks[:-1]]  # the last chunk is whatever remains
     assert sum(q for q, _ in chunks) == len(prompt)
     assert len(sizes) >= 3
-    assert all(b <= a for a, b in zip(sizes, sizes[1:])), sizes
-    assert sizes[-1] < sizes[0], sizes
+    # Online correction rescales predictions by measured (noisy) times, so sizes may wobble
+    # from one chunk to the next; the trend must still be down as the KV grows.
+    k = max(1, len(sizes) // 3)
+    info = f"sizes {sizes}, predictor {pred.coefficients}"
+    assert sum(sizes[:k]) / k > sum(sizes[-k:]) / k, info
+    assert max(sizes) == sizes[0] and sizes[-1] < sizes[0], info
     measured = [r for r in llm.engine.scheduler.records if r.measured is not None and r.predicted]
     assert len(measured) == len(llm.engine.scheduler.records)
 
