@@ -37,7 +37,7 @@ def test_chunks_shrink_as_the_long_prefill_kv_grows(profile_dir):
     k = max(1, len(sizes) // 3)
     info = f"sizes {sizes}, predictor {pred.coefficients}"
     assert sum(sizes[:k]) / k > sum(sizes[-k:]) / k, info
-    assert max(sizes) == sizes[0] and sizes[-1] < sizes[0], info
+    assert sizes[-1] < sizes[0], info
     measured = [r for r in llm.engine.scheduler.records if r.measured is not None and r.predicted]
     assert len(measured) == len(llm.engine.scheduler.records)
 
