@@ -1,7 +1,7 @@
 """Policy study: every compared policy at 0.25-1.75 QPS with 0%, 1% and 5% long requests, plus each
 policy's capacity, on the modelled Llama-3 8B / 16 x A100 TP8-SPP2 deployment of Medha 6.2 / 6.4.
 
-  python benchmarks/policy_study.py            (about an hour on 2 cores; --quick: a few minutes)
+  python benchmarks/policy_study.py            (30-45 min on 2 cores; --quick: ~5 min)
 
   (mix, qps, policy) grid --2 worker processes, each its own Experiment-->
       medha_jax.sim: generated workload (seed fixed) -> real Scheduler on a simulated clock
