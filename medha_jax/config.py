@@ -11,12 +11,16 @@ from dataclasses import dataclass
 
 ATTENTION_BACKENDS = ("auto", "xla", "pallas")
 DTYPES = ("float32", "bfloat16")
+LOAD_FORMATS = ("auto", "dummy")
 
 
 @dataclass(slots=True)
 class EngineConfig:
     model: str = "demo"
     """HF model directory (config.json, *.safetensors, tokenizer.json), or "demo" for the built-in tiny Llama."""
+    load_format: str = "auto"
+    """"auto": the model directory's weights; "dummy": seeded random weights of the shape its
+    config.json describes (no *.safetensors needed), for benchmarks and smoke tests of large models."""
     mesh: str = "tp=1"
     """Device mesh, e.g. "tp=8,spp=4,kvp=2" (axes not named are 1; its size must equal the devices
     used), or a named deployment preset from meshes/, e.g. "preset:llama3-70b-16node"."""
@@ -66,6 +70,8 @@ class EngineConfig:
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if self.load_format not in LOAD_FORMATS:
+            raise ValueError(f"load_format must be one of {LOAD_FORMATS}, got {self.load_format!r}")
         if self.attention_backend not in ATTENTION_BACKENDS:
             raise ValueError(f"attention_backend must be one of {ATTENTION_BACKENDS}, got {self.attention_backend!r}")
         if self.num_devices is not None and self.num_devices < 1:

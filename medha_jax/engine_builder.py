@@ -103,7 +103,8 @@ def build_device_side(config: EngineConfig, scfg: SchedulerConfig) -> DeviceSide
             raise ValueError(f"num_devices={config.num_devices} but only {len(devices)} devices are visible")
         devices = devices[: config.num_devices]
     mesh = make_mesh(mesh_spec, devices=devices)
-    model_config, params, tokenizer = load_model(config.model, mesh, config.dtype, seed=config.seed)
+    model_config, params, tokenizer = load_model(config.model, mesh, config.dtype, seed=config.seed,
+                                                      load_format=config.load_format)
 
     max_model_len = config.max_model_len or model_config.max_position_embeddings
     if max_model_len > model_config.max_position_embeddings:

@@ -6,6 +6,8 @@ Data flow of `load_model`:
   Orbax restore into the mesh's shardings + tokenizer.json from the same directory.
 - an HF directory (config.json + *.safetensors): `hf_config` -> `safetensors_io` loads
   each device's slices + `Tokenizer.from_dir`.
+- load_format="dummy" with an HF directory: `hf_config` -> `model.init.init_params` (seeded
+  random weights made in place in the mesh's shardings; no weight files read) + tokenizer.
 """
 
 from __future__ import annotations
@@ -38,10 +40,12 @@ def resolve_dtype(dtype) -> jnp.dtype:
 
 
 def load_model(path_or_demo: str | Path, mesh: Mesh, dtype="bfloat16", require_tokenizer: bool = True,
-               seed: int | None = None):
+               seed: int | None = None, load_format: str = "auto"):
     """(LlamaConfig, params in `param_shardings(cfg, mesh)`, Tokenizer or None).
 
-    seed: weights seed of the demo model (None: its fixed default); ignored for checkpoints.
+    seed: weights seed of the demo model and of dummy weights (None: the demo's fixed default,
+    0 for dummy); ignored for checkpoints. load_format "dummy": random weights of config.json's
+    shape instead of the directory's weight files.
     require_tokenizer=False returns None for the tokenizer when the directory has no
     tokenizer.json (token-id prompts only); otherwise a missing tokenizer.json is an error.
     """
@@ -54,7 +58,14 @@ def load_model(path_or_demo: str | Path, mesh: Mesh, dtype="bfloat16", require_t
     if not d.is_dir():
         raise FileNotFoundError(
             f"model {str(path_or_demo)!r} is neither 'demo' nor an existing directory")
-    if (d / META_FILE).is_file():
+    if load_format not in ("auto", "dummy"):
+        raise ValueError(f"load_format must be 'auto' or 'dummy', got {load_format!r}")
+    if load_format == "dummy":
+        from medha_jax.model.init import init_params
+
+        cfg = load_hf_config(d)
+        params = init_params(cfg, mesh, seed=0 if seed is None else seed, dtype=dt)
+    elif (d / META_FILE).is_file():
         cfg, params = restore_params(d, mesh, dtype=dt)
     else:
         cfg = load_hf_config(d)

@@ -115,6 +115,14 @@ class Executor:
             self._compiled[b] = exe
         return exe
 
+    def precompile(self, buckets) -> int:
+        """Compile these buckets now (a caller that knows its shapes warms up only those);
+        returns how many were new. Counted in compiles_after_warmup once warmed up."""
+        new = [b for b in dict.fromkeys(buckets) if b not in self._compiled]
+        for b in new:
+            self._compile(b)
+        return len(new)
+
     def warmup(self, progress: bool = True) -> int:
         """Compile every bucket; returns how many. Shows a progress bar when asked."""
         buckets = self.ladders.all_buckets()

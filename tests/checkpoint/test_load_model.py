@@ -31,3 +31,24 @@ def test_tokenizer_requirement_and_errors(data_dir, tp_mesh, tmp_path):
         load_model(tmp_path / "missing", mesh)
     with pytest.raises(ValueError, match="unsupported dtype 'float16'"):
         load_model("demo", mesh, "float16")
+
+
+def test_dummy_load_format_needs_only_config_json(data_dir, tp_mesh, tmp_path):
+    """Random weights of the real checkpoint's shapes and shardings, from config.json + tokenizer alone."""
+    mesh = tp_mesh(2)
+    cfg, real, _ = load_model(data_dir / "tiny-llama3", mesh, "bfloat16")
+    d = tmp_path / "config-only"
+    d.mkdir()
+    for f in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        (d / f).write_bytes((data_dir / "tiny-llama3" / f).read_bytes())
+    with pytest.raises(FileNotFoundError):
+        load_model(d, mesh, "bfloat16")  # no weight files: only "dummy" can serve it
+    cfg2, dummy, tok = load_model(d, mesh, "bfloat16", seed=3, load_format="dummy")
+    assert cfg2 == cfg and tok is not None
+    jax.tree.map(lambda a, b: (a.shape, a.dtype, a.sharding) == (b.shape, b.dtype, b.sharding) or pytest.fail("layout"),
+                 real, dummy)
+    assert not np.array_equal(np.asarray(real["layers"]["wq"]), np.asarray(dummy["layers"]["wq"]))
+    _, again, _ = load_model(d, mesh, "bfloat16", seed=3, load_format="dummy")
+    np.testing.assert_array_equal(np.asarray(again["layers"]["wq"]), np.asarray(dummy["layers"]["wq"]))
+    with pytest.raises(ValueError, match="load_format"):
+        load_model(d, mesh, load_format="npz")

@@ -6,6 +6,10 @@ defaults to ctx + q_len, smaller on a KVP shard), with pages scattered at random
 garbage ids in the unused table columns and padding tokens after the last sequence.
 Inputs are fresh random draws; the seed comes from the test id (reproducible, different per test;
 set KERNEL_TEST_SEED to draw others).
+
+On a CPU the kernels run in Pallas interpret mode; with `JAX_PLATFORMS=cuda` the same tests run
+the compiled Triton kernels (`interpret` fixture) against a reference computed at full f32
+matmul precision (XLA's GPU default would round f32 dots to tf32).
 """
 
 from __future__ import annotations
@@ -14,9 +18,14 @@ import dataclasses
 import os
 import zlib
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
+ON_GPU = jax.default_backend() == "gpu"
+if ON_GPU:  # the reference's einsums in exact f32, like the kernels' HIGHEST-precision dots
+    jax.config.update("jax_default_matmul_precision", "highest")
 
 TOL = {jnp.float32: 1e-4, jnp.bfloat16: 2e-2}
 # Kernel and reference each round their bf16 output once, so they may differ by one bf16 ulp
@@ -121,7 +130,14 @@ def seq_class():
     return Seq
 
 
-FAST_COMPILE = {"xla_backend_optimization_level": 0}  # interpret-mode kernels compile ~3x faster
+@pytest.fixture
+def interpret():
+    """Pallas interpret mode off-GPU; the compiled kernels on a GPU."""
+    return not ON_GPU
+
+
+# interpret-mode kernels compile ~3x faster without XLA's CPU optimisations; a GPU compiles as usual
+FAST_COMPILE = {} if ON_GPU else {"xla_backend_optimization_level": 0}
 
 
 def run_jitted(fn, args, *, scale=None, **kw):

@@ -23,8 +23,8 @@ def decode_batch(Seq, p):
         (8, 1, 128, 8, jnp.float32, 1),
     ],
 )
-def test_decode_matches_reference(make_batch, Seq, check, run, G, KVH, Dh, page, dtype, splits):
+def test_decode_matches_reference(make_batch, Seq, check, run, G, KVH, Dh, page, dtype, splits, interpret):
     args = make_batch(decode_batch(Seq, page), H=G * KVH, KVH=KVH, Dh=Dh, page=page, dtype=dtype)
     cfg = KernelConfig(block_kv=16 if page == 8 else 32)
-    check(run(decode_attention, args, config=cfg, splits=splits, interpret=True),
+    check(run(decode_attention, args, config=cfg, splits=splits, interpret=interpret),
           run(paged_attention_reference, args), dtype)

@@ -29,14 +29,14 @@ def shards(args, cut_pages):
 
 
 @pytest.mark.parametrize("backend", ["pallas", "xla"])
-def test_two_shards_merge_to_whole(make_batch, Seq, check, run, backend):
+def test_two_shards_merge_to_whole(make_batch, Seq, check, run, backend, interpret):
     page = 8
     batch = [Seq(12, 5), Seq(9, 30), Seq(3, 0), Seq(1, 2), Seq(1, 17), Seq(1, 40), Seq(1, 8)]
     args = make_batch(batch, H=8, KVH=2, Dh=64, page=page)
     a, b = shards(args, cut_pages=2)
     fn = paged_attention_xla
     if backend == "pallas":
-        fn = functools.partial(pod_attention, config=SMALL, interpret=True)
+        fn = functools.partial(pod_attention, config=SMALL, interpret=interpret)
     both = run(lambda *ab, scale: [fn(*ab[:7], scale=scale), fn(*ab[7:], scale=scale)], (*a, *b))
     parts = [both[0], both[1]]
     lse_b = np.asarray(parts[1][1])

@@ -22,27 +22,27 @@ SPLIT = KernelConfig(prefill_rows=16, block_kv=16, num_sms=64, max_prefill_split
         (1, 1, 128, 16, jnp.bfloat16),
     ],
 )
-def test_pod_matches_reference(make_batch, seqs, check, run, G, KVH, Dh, page, dtype):
+def test_pod_matches_reference(make_batch, seqs, check, run, G, KVH, Dh, page, dtype, interpret):
     args = make_batch(seqs(page), H=G * KVH, KVH=KVH, Dh=Dh, page=page, dtype=dtype)
     want = run(paged_attention_reference, args)
-    check(run(pod_attention, args, config=SMALL, interpret=True), want, dtype)
+    check(run(pod_attention, args, config=SMALL, interpret=interpret), want, dtype)
 
 
 @pytest.mark.parametrize("page", [8, 16])
-def test_pod_with_kv_splits(make_batch, seqs, check, run, page):
+def test_pod_with_kv_splits(make_batch, seqs, check, run, page, interpret):
     """A large wave target splits prefill tiles and decodes over KV; the merge must be exact."""
     args = make_batch(seqs(page), H=8, KVH=2, Dh=64, page=page)
-    check(run(pod_attention, args, config=SPLIT, interpret=True), run(paged_attention_reference, args),
+    check(run(pod_attention, args, config=SPLIT, interpret=interpret), run(paged_attention_reference, args),
           jnp.float32)
 
 
 @pytest.mark.parametrize("kind", ["decodes", "prefills"])
-def test_pod_single_kind_batches(make_batch, Seq, check, run, kind):
+def test_pod_single_kind_batches(make_batch, Seq, check, run, kind, interpret):
     """A batch of one kind leaves the other kind's work list empty (only NOOP rows)."""
     if kind == "decodes":
         batch = [Seq(1, c) for c in (0, 7, 8, 9, 40)]
     else:
         batch = [Seq(9, 0), Seq(17, 30)]
     args = make_batch(batch, H=8, KVH=2, Dh=64, page=8)
-    check(run(pod_attention, args, config=SMALL, interpret=True), run(paged_attention_reference, args),
+    check(run(pod_attention, args, config=SMALL, interpret=interpret), run(paged_attention_reference, args),
           jnp.float32)

@@ -24,15 +24,15 @@ SMALL = KernelConfig(prefill_rows=32, block_kv=32, num_sms=4, programs_per_sm=1)
         (3, 2, 64, 16, jnp.float32),  # G not a power of two: rows padded to M
     ],
 )
-def test_prefill_matches_reference(make_batch, seqs, check, run, G, KVH, Dh, page, dtype):
+def test_prefill_matches_reference(make_batch, seqs, check, run, G, KVH, Dh, page, dtype, interpret):
     args = make_batch(seqs(page), H=G * KVH, KVH=KVH, Dh=Dh, page=page, dtype=dtype)
-    check(run(prefill_attention, args, config=SMALL, interpret=True),
+    check(run(prefill_attention, args, config=SMALL, interpret=interpret),
           run(paged_attention_reference, args), dtype)
 
 
-def test_prefill_long_chunk_many_blocks_and_splits(make_batch, Seq, check, run):
+def test_prefill_long_chunk_many_blocks_and_splits(make_batch, Seq, check, run, interpret):
     """One long chunk over a long context: unmasked interior blocks, masked diagonal, KV splits."""
     cfg = KernelConfig(prefill_rows=64, block_kv=16, num_sms=16, max_prefill_splits=3)
     args = make_batch([Seq(70, 45), Seq(33, 0)], H=4, KVH=1, Dh=64, page=8)
-    check(run(prefill_attention, args, config=cfg, interpret=True),
+    check(run(prefill_attention, args, config=cfg, interpret=interpret),
           run(paged_attention_reference, args), jnp.float32)

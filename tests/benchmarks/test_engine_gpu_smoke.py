@@ -1,0 +1,40 @@
+"""Dry run of benchmarks/engine_gpu.py on the CPU (tiny shapes): the GPU session's engine stages
+run end to end, the goldens compare equal, the timed phases compile nothing, and the report is
+written. Without a GPU and without --small the script refuses to run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
+
+
+def _run(*args, timeout=300):
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / "engine_gpu.py"), *args], check=False,
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_engine_gpu_dry_run(tmp_path):
+    r = _run("--hf", "--backends", "xla", "--llama8b", "--small", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    report = json.loads((tmp_path / "engine_hf_llama8b_cpu.json").read_text())
+    assert report["mode"] == "cpu-dry-run" and [h["equal"] for h in report["hf"]] == [True]
+    phases = report["llama8b"]["phases"]
+    assert [p["phase"] for p in phases] == ["ttft"] * 3 + ["tpot", "offline"]
+    assert report["llama8b"]["compiles_after_warmup_total"] == 0
+    assert all(p.get("ttft_s", 1) > 0 for p in phases)
+    assert (tmp_path / "engine_hf_llama8b_cpu.md").read_text().startswith("# The engine on cpu")
+
+
+def test_refuses_without_gpu_or_small(tmp_path):
+    r = _run("--hf", "--out", str(tmp_path), timeout=120)
+    assert r.returncode == 2 and "no GPU found" in r.stderr
