@@ -3,7 +3,7 @@
   make_scheduler(config, kv_manager, predictor) -> Scheduler(policy, packer)
     fcfs             FCFSPolicy + TokenBudgetPacker(chunked=True)     (Sarathi)
     fcfs_nonchunked  FCFSPolicy + TokenBudgetPacker(chunked=False)    (convoy baseline)
-    edf / lrs / lars EDF/LRS/LARSPolicy(PrefillTimeCache(predictor)) + TimeBudgetPacker(predictor)
+    edf / lrs / lars / slo  EDF/LRS/LARS/SLOPolicy(PrefillTimeCache(predictor)) + TimeBudgetPacker(predictor)
 
 Modules: config (SchedulerConfig), base (Scheduler: queues, pages, preemption, records),
 policies (priority order), token_budget / time_budget (what goes into a batch), chunking (the
@@ -18,14 +18,14 @@ from __future__ import annotations
 from medha_jax.kv_cache_manager import KVCacheManager
 from medha_jax.scheduler.base import Scheduler
 from medha_jax.scheduler.config import POLICIES, SchedulerConfig
-from medha_jax.scheduler.policies import EDFPolicy, FCFSPolicy, LARSPolicy, LRSPolicy
+from medha_jax.scheduler.policies import EDFPolicy, FCFSPolicy, LARSPolicy, LRSPolicy, SLOPolicy
 from medha_jax.scheduler.predictor import ProfileKey, RuntimePredictor
 from medha_jax.scheduler.prefill_cache import PrefillTimeCache
 from medha_jax.scheduler.records import Composition, IterationRecord
 from medha_jax.scheduler.time_budget import TimeBudgetPacker
 from medha_jax.scheduler.token_budget import TokenBudgetPacker
 
-_DEADLINE_POLICIES = {"edf": EDFPolicy, "lrs": LRSPolicy, "lars": LARSPolicy}
+_DEADLINE_POLICIES = {"edf": EDFPolicy, "lrs": LRSPolicy, "lars": LARSPolicy, "slo": SLOPolicy}
 
 
 def make_scheduler(config: SchedulerConfig, kv_manager: KVCacheManager, predictor: RuntimePredictor | None = None,

@@ -9,16 +9,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-POLICIES = ("fcfs", "fcfs_nonchunked", "edf", "lrs", "lars")
-TIME_BUDGET_POLICIES = ("edf", "lrs", "lars")
+POLICIES = ("fcfs", "fcfs_nonchunked", "edf", "lrs", "lars", "slo")
+TIME_BUDGET_POLICIES = ("edf", "lrs", "lars", "slo")
 
 
 @dataclass(slots=True)
 class SchedulerConfig:
     policy: str = "lars"
     """Scheduling policy: fcfs (Sarathi chunked prefills under a token budget), fcfs_nonchunked
-    (whole prompts, the convoy baseline), or edf / lrs / lars (priority order, chunks sized by the
-    runtime predictor under a time budget; lars is Medha's)."""
+    (whole prompts, the convoy baseline), or edf / lrs / lars / slo (priority order, chunks sized by
+    the runtime predictor under a time budget; lars is Medha's; slo is EDF while every TTFT deadline
+    can be met and sacrifices the fewest requests when not)."""
     max_num_batched_tokens: int | None = None
     """Most tokens in one iteration. fcfs: the Sarathi token budget (default 512). edf/lrs/lars: a
     hard cap beside the time budget (default max_chunk + max_num_seqs). fcfs_nonchunked: the cap on

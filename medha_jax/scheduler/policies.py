@@ -10,6 +10,9 @@
   edf:  absolute TTFT deadline, arrival + D.
   lrs:  remaining slack s = arrival + D - now - T_remaining (seconds).
   lars: relative slack s / D (Medha's Length-Aware Relative Slack).
+  slo:  EDF while every TTFT deadline can still be met; when not, the fewest requests are
+        sacrificed (Moore-Hodgson, `feasibility.py`: those with the most remaining work) and go
+        after every request that can still make it, in deadline order among themselves.
 
 D is the request's `ttft_deadline` or max(deadline_k * T_prefill(prompt), deadline_min), fixed
 when the request arrives; T_prefill and T_remaining come from the prefill-time cache (the total
@@ -27,6 +30,7 @@ from collections.abc import Hashable, Iterator
 from operator import itemgetter
 
 from medha_jax.request import Request
+from medha_jax.scheduler.feasibility import sacrifice
 from medha_jax.scheduler.waiting_index import WaitingIndex
 
 _first, _second = itemgetter(0), itemgetter(1)
@@ -81,6 +85,15 @@ class Policy:
 
     def key(self, request: Request, now: float) -> float:
         raise NotImplementedError
+
+    def on_iteration(self, prefill_share: float, t_target: float) -> None:
+        """Before `candidates`: the fraction of this iteration's device time the decodes leave
+        to prefills, and the iteration's time budget (time-budget packer only)."""
+
+    def budget_fraction(self, request: Request) -> float:
+        """Fraction of the iteration's time budget a batch may fill up to when adding this
+        request's chunk (time-budget packer)."""
+        return 1.0
 
     def group_and_key(self, request: Request) -> tuple[Hashable, float]:
         """(group, static key) of a waiting request; see waiting_index.py."""
@@ -227,3 +240,57 @@ class LARSPolicy(DeadlinePolicy):
 
     def bulk_static_key_now(self, groups: list, static_keys: list[float], now: float) -> list[float]:
         return [(k - now) / g for g, k in zip(groups, static_keys)]
+
+
+class SLOPolicy(DeadlinePolicy):
+    """EDF while every TTFT deadline can be met, Moore-Hodgson's sacrifice once some cannot.
+
+    Each iteration the requests still waiting for their first token are checked in deadline
+    order against a server that gives prefills `prefill_share` of its time (what the decodes in
+    the batch leave), after a margin of one iteration, with every remaining time inflated by
+    `inflate` (predictor error). While all fit, the order is exactly EDF. Otherwise the request
+    with the most remaining work in the overrunning prefix is set aside, repeatedly, until the
+    rest fit: the fewest deadlines are given up, and short requests are not all made late by one
+    long one (EDF's overload cascade). Set-aside requests still run, after the others, in
+    deadline order, and are the first preemption victims; they rejoin the EDF order as soon as
+    they fit again. While any request is set aside, the others may fill only 1 - `min_share` of
+    each iteration's budget, so set-aside work always progresses at >= min_share of the device
+    (no starvation, even under a saturating stream of short requests). Requests with a first token (decodes, recomputes after preemption) keep their
+    own, already past, deadline: they go first. No space sharing (relative slack 0): the order
+    alone decides who waits."""
+
+    name = "slo"
+    SET_ASIDE = 1e12
+    """Key offset of a sacrificed request: after every request that can still make its deadline."""
+
+    def __init__(self, prefill_cache, deadline_k: float = 1.5, deadline_min: float = 0.5,
+                 inflate: float = 1.1, min_share: float = 0.1):
+        super().__init__(prefill_cache, deadline_k, deadline_min)
+        self.inflate, self.min_share = inflate, min_share
+        self._share, self._margin = 1.0, 0.0
+        self.set_aside: set[Request] = set()
+
+    def on_iteration(self, prefill_share: float, t_target: float) -> None:
+        self._share, self._margin = max(prefill_share, 0.05), t_target
+
+    def key(self, request: Request, now: float) -> float:
+        d = request.arrival_time + self._info[request][0]
+        return d + self.SET_ASIDE if request in self.set_aside else d
+
+    def relative_slack(self, request: Request, now: float) -> float:
+        return 0.0
+
+    def budget_fraction(self, request: Request) -> float:
+        if not self.set_aside or request in self.set_aside:
+            return 1.0
+        return 1.0 - self.min_share
+
+    def on_remove(self, request: Request) -> None:
+        super().on_remove(request)
+        self.set_aside.discard(request)
+
+    def candidates(self, partials: list[Request], now: float) -> Iterator[Request]:
+        jobs = [(r.arrival_time + info[0], self.remaining(r), r)
+                for r, info in self._info.items() if not r.output_token_ids]
+        _, self.set_aside = sacrifice(jobs, now, rate=self._share, margin=self._margin, inflate=self.inflate)
+        return super().candidates(partials, now)

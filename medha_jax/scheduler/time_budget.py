@@ -1,7 +1,9 @@
 """Phase 2 for edf / lrs / lars: prefill chunks under a time budget (Algorithms 1 and 2).
 
   decodes already in the batch --BatchCost (kvp > 1: per group, the slowest counts)--> t_pred
-  for each prefill candidate, best priority first (at most max_prefill_candidates looked at):
+  for each prefill candidate, best priority first (at most max_prefill_candidates looked at),
+  its budget t_target * policy.budget_fraction(candidate) (slo: others leave a share to the
+  requests it set aside):
       stop when t_pred reaches t_target (first prefill) or multi_prefill_fraction * t_target (others)
       long (>= long_threshold tokens processed): skip if the batch already holds a long prefill
           on one of its kvp groups; else space sharing: budget t_target * (1 - clamp(rho, 0, rho_max))
@@ -51,6 +53,7 @@ class TimeBudgetPacker:
         else:
             cost.add_decode_seqs(s.start_pos for s in batch.seqs)
         t_pred = cost.time()
+        sched.policy.on_iteration(max(0.0, 1.0 - t_pred / t_target), t_target)
         tokens_left = cfg.max_num_batched_tokens - len(batch.seqs)
         group_len = sched.kv.max_tokens_per_kvp_group
         long_groups: set[int] = set()
@@ -69,13 +72,13 @@ class TimeBudgetPacker:
                 continue
             processed = req.num_computed_tokens
             groups = None
-            budget = t_target
+            budget = t_target * policy.budget_fraction(req)
             if processed >= cfg.long_threshold:
                 groups = range(processed // group_len + 1)
                 if not long_groups.isdisjoint(groups):
                     continue
                 rho = min(max(policy.relative_slack(req, now), 0.0), cfg.rho_max)
-                budget = t_target * (1.0 - rho)
+                budget *= 1.0 - rho
             if budget <= t_pred:
                 continue
             n, _ = largest_chunk(lambda q: cost.time_with(q, processed), req.num_remaining_tokens, budget,

@@ -15,6 +15,8 @@
                               engine follows the authors' code, rho = slack / D (D = max(1.5 w, 0.5 s)
                               is ~10x w for short prompts, so a short request is held back ~10x longer
                               once some long request is late)
+  slo                         EDF while every deadline can be met, Moore-Hodgson sacrifice of the
+                              fewest when not (the engine's slo policy), multi-prefill batching
   pecsched                    short-first preemption (PecSched): short prompts always before long
                               ones, chunked under the time budget; long ones run in the gaps
   priority                    strict non-preemptive priority (PecSched's "Priority" baseline, after
@@ -125,6 +127,7 @@ POLICIES: dict[str, SimPolicy] = {p.name: p for p in [
     SimPolicy("lars", "LARS, one prefill per batch (no multi-prefill, no space sharing)",
               _registry("lars", multi_prefill=False, rho_max=0.0)),
     SimPolicy("medha", "LARS + multi-prefill batching + space sharing (Medha)", _registry("lars")),
+    SimPolicy("slo", "EDF while feasible, Moore-Hodgson sacrifice when not, multi-prefill batching", _registry("slo")),
     SimPolicy("medha-wtotal", "medha with rho = slack / w_total as the paper writes LARS", _paper_lars),
     SimPolicy("pecsched", "short-first preemptive (PecSched-style), time budget", _custom("lars", "time")),
     SimPolicy("priority", "strict non-preemptive short-first priority, whole prompts, elastic SP",

@@ -1,0 +1,57 @@
+"""`feasibility.sacrifice`: EDF order when every deadline can be met; otherwise the fewest jobs
+given up (Moore-Hodgson), checked against brute force over every subset on random instances."""
+
+import itertools
+import random
+
+import pytest
+
+from medha_jax.scheduler.feasibility import sacrifice
+
+
+def edf_feasible(jobs, now, rate=1.0):
+    t = now
+    for d, w, _ in sorted(jobs, key=lambda j: j[0]):
+        t += w / rate
+        if t > d + 1e-12:
+            return False
+    return True
+
+
+def test_feasible_set_is_kept_whole_in_deadline_order():
+    jobs = [(5.0, 1.0, "c"), (2.0, 1.0, "a"), (3.5, 1.5, "b")]
+    admitted, dropped = sacrifice(jobs, 0.0)
+    assert admitted == ["a", "b", "c"] and dropped == set()
+
+
+def test_the_longest_job_goes_first_when_not_all_fit():
+    # a long job due at 10 and three shorts due at 1, 2, 3: EDF would make the shorts late
+    jobs = [(10.0, 9.5, "long"), (1.0, 0.9, "s1"), (2.0, 0.9, "s2"), (3.0, 0.9, "s3")]
+    assert edf_feasible(jobs, 0.0) is False
+    admitted, dropped = sacrifice(jobs, 0.0)
+    assert dropped == {"long"} and admitted == ["s1", "s2", "s3"]
+
+
+def test_rate_margin_and_inflation_count_against_the_deadline():
+    jobs = [(1.0, 0.5, "a")]
+    assert sacrifice(jobs, 0.0, rate=0.5)[1] == set()  # exactly on time
+    assert sacrifice(jobs, 0.0, rate=0.5, margin=0.01)[1] == {"a"}
+    assert sacrifice(jobs, 0.0, inflate=2.1)[1] == {"a"}
+    with pytest.raises(ValueError, match="rate"):
+        sacrifice(jobs, 0.0, rate=0.0)
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_fewest_late_jobs_vs_brute_force(seed):
+    rng = random.Random(seed)
+    n = rng.randint(1, 8)
+    now = rng.uniform(0, 5)
+    rate = rng.choice([1.0, 0.7])
+    jobs = [(now + rng.uniform(-0.5, 6.0), rng.choice([rng.uniform(0.05, 0.5), rng.uniform(1, 4)]), i) for i in range(n)]
+    admitted, dropped = sacrifice(jobs, now, rate=rate)
+    assert set(admitted) | dropped == set(range(n)) and not set(admitted) & dropped
+    kept = [j for j in jobs if j[2] in set(admitted)]
+    assert edf_feasible(kept, now, rate)
+    best = max(k for k in range(n + 1) for sub in itertools.combinations(jobs, k) if edf_feasible(sub, now, rate))
+    assert len(admitted) == best
+    assert admitted == [j[2] for j in sorted(kept, key=lambda j: j[0])]
