@@ -45,6 +45,9 @@ from medha_jax import LLM, SamplingParams  # noqa: E402
 from medha_jax.executor.buckets import Bucket  # noqa: E402
 from medha_jax.executor.executor import compile_events  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from dummy_models import LLAMA3_8B, TINY, write_model_dir  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
 RESULTS = ROOT / "benchmarks" / "results"
@@ -52,21 +55,6 @@ RESULTS = ROOT / "benchmarks" / "results"
 # (variant, page size, max_model_len) as the CPU tests run them
 HF_CASES = [("tiny-llama3", 16, 4096), ("tiny-llama3-4l", 16, 4096), ("tiny-llama2", 8, None),
             ("tiny-llama-tied", 8, None)]
-
-LLAMA3_8B = {
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
-    "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
-    "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 128256, "rms_norm_eps": 1e-5,
-    "rope_theta": 500000.0, "max_position_embeddings": 131072, "tie_word_embeddings": False,
-    "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                     "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
-    "bos_token_id": 128000, "eos_token_id": [128001, 128009], "hidden_act": "silu",
-}
-# --small: the same code paths on a CPU in seconds (numbers mean nothing there)
-TINY = {**LLAMA3_8B, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-        "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 1024,
-        "bos_token_id": 1000, "eos_token_id": [1001]}
-
 
 # ----------------------------------------------------------------------------- hf exactness
 def check_hf(backends, budget_end, log, small=False):
@@ -102,24 +90,6 @@ def check_hf(backends, budget_end, log, small=False):
 
 
 # ----------------------------------------------------------------------------- llama-8b shape
-def dummy_model_dir(root: Path, config: dict) -> Path:
-    """config.json + a byte-level tokenizer whose vocab is padded to the model's with <tN> tokens."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-
-    from medha_jax.demo_model import _bytes_to_unicode
-
-    d = root / "llama3-8b-shape"
-    d.mkdir(parents=True, exist_ok=True)
-    (d / "config.json").write_text(json.dumps(config, indent=1))
-    vocab = {ch: b for b, ch in _bytes_to_unicode().items()}
-    vocab.update({f"<t{i}>": i for i in range(256, config["vocab_size"])})
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.save(str(d / "tokenizer.json"))
-    return d
-
-
 def prompt_ids(n: int, vocab: int, salt: int) -> list[int]:
     """n token ids spread over the vocabulary (deterministic; no two prompts share a prefix)."""
     return [(salt * 7919 + i * 104729) % (vocab - 512) + 256 for i in range(n)]
@@ -173,7 +143,7 @@ def bench_llama8b(budget_end, log, small=False):
                   "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size")},
                   phases=[], skipped=[])
     with tempfile.TemporaryDirectory() as tmp:
-        d = dummy_model_dir(Path(tmp), cfg)
+        d = write_model_dir(Path(tmp), "llama3-8b-shape", cfg)
         t0 = time.perf_counter()
         llm = LLM(model=str(d), **settings)
         report["init_seconds"] = time.perf_counter() - t0

@@ -4,7 +4,8 @@
     outs = llm.generate(["Hello", [1, 2, 3]], SamplingParams(max_tokens=24, temperature=0.0))
 
 Keyword arguments are the fields of `EngineConfig` and `SchedulerConfig` (the same names as the
-serve CLI's flags). `generate` validates every prompt before queuing any, runs the engine loop
+serve CLI's flags, with one different default: `batch_mode=True`, since an offline batch has no
+TPOT target unless a request sets one). `generate` validates every prompt before queuing any, runs the engine loop
 until all are done and returns one `RequestOutput` per prompt, in order.
 """
 
@@ -35,6 +36,7 @@ def split_config_kwargs(kwargs: dict) -> tuple[EngineConfig, SchedulerConfig]:
         raise TypeError(
             f"unknown LLM option(s) {sorted(unknown)}; valid options are {sorted(e_names | s_names)}"
         )
+    kwargs = {"batch_mode": True, **kwargs}  # offline: no TPOT target unless a request gives one
     e = EngineConfig(**{k: v for k, v in kwargs.items() if k in e_names})
     s = SchedulerConfig(**{k: v for k, v in kwargs.items() if k in s_names})
     return e, s

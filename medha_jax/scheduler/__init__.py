@@ -3,6 +3,7 @@
   make_scheduler(config, kv_manager, predictor) -> Scheduler(policy, packer)
     fcfs             FCFSPolicy + TokenBudgetPacker(chunked=True)     (Sarathi)
     fcfs_nonchunked  FCFSPolicy + TokenBudgetPacker(chunked=False)    (convoy baseline)
+    srpt             SRPTPolicy(aging) + TokenBudgetPacker(chunked=True)
     edf / lrs / lars / slo  EDF/LRS/LARS/SLOPolicy(PrefillTimeCache(predictor)) + TimeBudgetPacker(predictor)
 
 Modules: config (SchedulerConfig), base (Scheduler: queues, pages, preemption, records),
@@ -18,7 +19,7 @@ from __future__ import annotations
 from medha_jax.kv_cache_manager import KVCacheManager
 from medha_jax.scheduler.base import Scheduler
 from medha_jax.scheduler.config import POLICIES, SchedulerConfig
-from medha_jax.scheduler.policies import EDFPolicy, FCFSPolicy, LARSPolicy, LRSPolicy, SLOPolicy
+from medha_jax.scheduler.policies import EDFPolicy, FCFSPolicy, LARSPolicy, LRSPolicy, SLOPolicy, SRPTPolicy
 from medha_jax.scheduler.predictor import ProfileKey, RuntimePredictor
 from medha_jax.scheduler.prefill_cache import PrefillTimeCache
 from medha_jax.scheduler.records import Composition, IterationRecord
@@ -41,6 +42,9 @@ def make_scheduler(config: SchedulerConfig, kv_manager: KVCacheManager, predicto
     if name in ("fcfs", "fcfs_nonchunked"):
         packer = TokenBudgetPacker(chunked=name == "fcfs")
         return Scheduler(config, kv_manager, FCFSPolicy(), packer, predictor, max_model_len=max_model_len)
+    if name == "srpt":
+        return Scheduler(config, kv_manager, SRPTPolicy(config.srpt_aging), TokenBudgetPacker(chunked=True),
+                         predictor, max_model_len=max_model_len)
     if name in _DEADLINE_POLICIES:
         if predictor is None:
             raise ValueError(

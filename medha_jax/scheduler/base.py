@@ -32,6 +32,7 @@ With kvp > 1 predicted times are the slowest kvp group's (`kvp_cost`). Pure Pyth
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 from medha_jax.batch import ScheduledBatch, ScheduledSeq
@@ -176,9 +177,10 @@ class Scheduler:
 
     @property
     def t_target(self) -> float:
-        """This iteration's time budget: the configured one, tightened by live per-request TPOT targets."""
+        """This iteration's time budget: the configured one, tightened by live per-request TPOT
+        targets; infinite in batch mode while no live request has a TPOT target."""
         if not self._tpot_targets:
-            return self.config.t_target
+            return math.inf if self.config.batch_mode else self.config.t_target
         return min(self.config.t_target, min(self._tpot_targets))
 
     # ---- one iteration -----------------------------------------------------------------------

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-POLICIES = ("fcfs", "fcfs_nonchunked", "edf", "lrs", "lars", "slo")
+POLICIES = ("fcfs", "fcfs_nonchunked", "srpt", "edf", "lrs", "lars", "slo")
 TIME_BUDGET_POLICIES = ("edf", "lrs", "lars", "slo")
 
 
@@ -17,7 +17,8 @@ TIME_BUDGET_POLICIES = ("edf", "lrs", "lars", "slo")
 class SchedulerConfig:
     policy: str = "lars"
     """Scheduling policy: fcfs (Sarathi chunked prefills under a token budget), fcfs_nonchunked
-    (whole prompts, the convoy baseline), or edf / lrs / lars / slo (priority order, chunks sized by
+    (whole prompts, the convoy baseline), srpt (shortest remaining prompt first with aging, token
+    budget), or edf / lrs / lars / slo (priority order, chunks sized by
     the runtime predictor under a time budget; lars is Medha's; slo is EDF while every TTFT deadline
     can be met and sacrifices the fewest requests when not)."""
     max_num_batched_tokens: int | None = None
@@ -30,6 +31,21 @@ class SchedulerConfig:
     """Iteration time budget in seconds for edf/lrs/lars (default 0.05, or tpot_slo when given)."""
     tpot_slo: float | None = None
     """Decode time-per-output-token SLO in seconds; when set, t_target defaults to it."""
+    batch_mode: bool = False
+    """No TPOT target for requests that give none of their own: while no live request has one,
+    the time-budget policies pack each iteration for throughput (the largest chunks the token cap
+    allows, several prefills per batch) instead of under t_target. `LLM(...)` turns it on unless
+    told otherwise (an offline batch has nobody waiting between tokens); servers keep it off, so
+    every decode is held to t_target by default."""
+    long_prefill_token_threshold: int = 0
+    """fcfs / srpt (vLLM's limit): a prompt longer than this many tokens is long; its prefill chunks
+    are capped at this size and at most max_long_partial_prefills long prompts get a chunk per
+    iteration. 0: off."""
+    max_long_partial_prefills: int = 1
+    """fcfs / srpt: most long prompts (see long_prefill_token_threshold) prefilled in one iteration."""
+    srpt_aging: float = 2000.0
+    """srpt: tokens of priority a waiting request gains per second waited (key = remaining prompt
+    tokens - srpt_aging x seconds since arrival), so long prompts are not starved."""
     deadline_k: float = 1.5
     """Derived TTFT deadline D = max(deadline_k * T_prefill(prompt), deadline_min)."""
     deadline_min: float = 0.5
@@ -65,7 +81,11 @@ class SchedulerConfig:
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
             raise ValueError(f"unknown scheduling policy {self.policy!r}; valid: {', '.join(POLICIES)}")
-        for name in ("max_num_seqs", "chunk_granularity", "min_chunk",
+        if not isinstance(self.long_prefill_token_threshold, int) or self.long_prefill_token_threshold < 0:
+            raise ValueError(f"long_prefill_token_threshold must be an integer >= 0, got {self.long_prefill_token_threshold!r}")
+        if not self.srpt_aging >= 0:
+            raise ValueError(f"srpt_aging must be >= 0 tokens per second, got {self.srpt_aging!r}")
+        for name in ("max_num_seqs", "max_long_partial_prefills", "chunk_granularity", "min_chunk",
                      "max_chunk", "long_threshold", "prefill_cache_granularity",
                      "max_prefill_candidates", "max_records"):
             v = getattr(self, name)

@@ -7,6 +7,7 @@
   preemption: key(request, now): the largest key is the lowest priority
 
   fcfs: arrival time.
+  srpt: remaining prompt tokens - aging x seconds waited (shortest remaining prefill first, aged).
   edf:  absolute TTFT deadline, arrival + D.
   lrs:  remaining slack s = arrival + D - now - T_remaining (seconds).
   lars: relative slack s / D (Medha's Length-Aware Relative Slack).
@@ -139,6 +140,35 @@ class FCFSPolicy(Policy):
         return 0, request.arrival_time
 
 
+class SRPTPolicy(Policy):
+    """Shortest remaining prefill first, aged: key = remaining tokens - aging * (now - arrival).
+
+    The production-engine alternative to deadlines: short prompts overtake long ones, and a long
+    prompt's key falls by `aging` tokens per second it has been in the system, so it is not
+    starved. One index group: the key of a waiting request is (prompt + aging * arrival) - aging
+    * now, the same shift for all."""
+
+    name = "srpt"
+
+    def __init__(self, aging: float = 2000.0):
+        self.aging = aging
+        super().__init__()
+
+    def key(self, request: Request, now: float) -> float:
+        # the static form's arithmetic, so the index and key() agree to the last bit
+        return (request.num_remaining_tokens + self.aging * request.arrival_time) - self.aging * now
+
+    def group_and_key(self, request: Request) -> tuple[Hashable, float]:
+        return 0, request.num_remaining_tokens + self.aging * request.arrival_time
+
+    def static_key_now(self, group: Hashable, static_key: float, now: float) -> float:
+        return static_key - self.aging * now
+
+    def bulk_static_key_now(self, groups: list, static_keys: list[float], now: float) -> list[float]:
+        a = self.aging * now
+        return [k - a for k in static_keys]
+
+
 class DeadlinePolicy(Policy):
     """Shared bookkeeping for edf / lrs / lars: per-request D and prefill-time estimates."""
 
@@ -252,16 +282,23 @@ class SLOPolicy(DeadlinePolicy):
     with the most remaining work in the overrunning prefix is set aside, repeatedly, until the
     rest fit: the fewest deadlines are given up, and short requests are not all made late by one
     long one (EDF's overload cascade). Set-aside requests still run, after the others, in
-    deadline order, and are the first preemption victims; they rejoin the EDF order as soon as
+    deadline order (a more important `priority_class` first: lower is more important), and are the
+    first preemption victims; they rejoin the EDF order as soon as
     they fit again. While any request is set aside, the others may fill only 1 - `min_share` of
     each iteration's budget, so set-aside work always progresses at >= min_share of the device
     (no starvation, even under a saturating stream of short requests). Requests with a first token (decodes, recomputes after preemption) keep their
     own, already past, deadline: they go first. No space sharing (relative slack 0): the order
-    alone decides who waits."""
+    alone decides who waits.
+
+    priority_class: while every deadline can be met it changes nothing (all are met); when some
+    cannot, every request of a less important class is given up before any of a more important
+    one, and within a class the one with the most remaining work (`feasibility.sacrifice`)."""
 
     name = "slo"
     SET_ASIDE = 1e12
     """Key offset of a sacrificed request: after every request that can still make its deadline."""
+    CLASS_STEP = 1e9
+    """Key step per priority class among set-aside requests (classes clamped to +-100)."""
 
     def __init__(self, prefill_cache, deadline_k: float = 1.5, deadline_min: float = 0.5,
                  inflate: float = 1.1, min_share: float = 0.1):
@@ -275,7 +312,9 @@ class SLOPolicy(DeadlinePolicy):
 
     def key(self, request: Request, now: float) -> float:
         d = request.arrival_time + self._info[request][0]
-        return d + self.SET_ASIDE if request in self.set_aside else d
+        if request not in self.set_aside:
+            return d
+        return d + self.SET_ASIDE + self.CLASS_STEP * max(-100, min(100, request.priority_class))
 
     def relative_slack(self, request: Request, now: float) -> float:
         return 0.0
@@ -290,7 +329,8 @@ class SLOPolicy(DeadlinePolicy):
         self.set_aside.discard(request)
 
     def candidates(self, partials: list[Request], now: float) -> Iterator[Request]:
-        jobs = [(r.arrival_time + info[0], self.remaining(r), r)
+        jobs = [(r.arrival_time + info[0], self.remaining(r), r, r.priority_class)
                 for r, info in self._info.items() if not r.output_token_ids]
-        _, self.set_aside = sacrifice(jobs, now, rate=self._share, margin=self._margin, inflate=self.inflate)
+        margin = self._margin if self._margin < float("inf") else 0.0  # batch mode: no budget
+        _, self.set_aside = sacrifice(jobs, now, rate=self._share, margin=margin, inflate=self.inflate)
         return super().candidates(partials, now)

@@ -1,8 +1,12 @@
-"""Phase 2 for the fcfs policies: prefills under a token budget (no runtime predictor).
+"""Phase 2 for fcfs / srpt: prefills under a token budget (no runtime predictor).
 
   Scheduler.schedule -> decodes already in the batch -> TokenBudgetPacker.pack_prefills:
       candidates (running partial prefills + waiting) in policy order (arrival for fcfs)
-      chunked (Sarathi):   chunk = min(remaining, max_num_batched_tokens - tokens so far)
+      chunked (Sarathi):   chunk = min(remaining, max_num_batched_tokens - tokens so far);
+                           vLLM's long-prefill limits when long_prefill_token_threshold > 0: a
+                           prompt longer than it is long, its chunks are capped at it, and at
+                           most max_long_partial_prefills long prompts get a chunk per iteration
+                           (so short prompts behind a long one still get the rest of the budget)
       whole (nonchunked):  each prompt whole, in one iteration; the first always goes in, later
                            ones only while the batch stays within max_num_batched_tokens
 
@@ -28,6 +32,8 @@ class TokenBudgetPacker:
         budget = cfg.max_num_batched_tokens
         used = batch.num_tokens
         first = True
+        long_cap = cfg.long_prefill_token_threshold if self.chunked else 0
+        longs = 0
         for req in sched.prefill_candidates(now):
             if len(batch.seqs) >= cfg.max_num_seqs:
                 break
@@ -36,6 +42,11 @@ class TokenBudgetPacker:
                 n = min(remaining, budget - used)
                 if n <= 0:
                     break
+                if long_cap and req.prompt_len > long_cap:
+                    if longs >= cfg.max_long_partial_prefills:
+                        continue
+                    n = min(n, long_cap)
+                    longs += 1
             else:
                 n = remaining
                 if not first and used + n > budget:

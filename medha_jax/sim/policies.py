@@ -5,6 +5,9 @@
                         elastic sequence parallelism, LoongServe-like; see sim/devices.py)
 
   sarathi-512 / sarathi-2048  fcfs, fixed token budget per iteration (Sarathi-Serve, vLLM > 32K)
+  vllm-2048                   fcfs, 2048-token budget with vLLM's long-prefill limits: prompts over
+                              1024 tokens get at most 1024-token chunks, one such prompt per iteration
+  srpt-2048                   shortest remaining prompt first, aged (2000 tokens/s), 2048-token budget
   loongserve                  fcfs_nonchunked: whole prompts, non-preemptive, elastic-SP cost
   edf / lrs                   deadline order / least remaining slack, time-budget packing, one
                               prefill per batch (the paper's 6.4 baselines keep Medha's mechanisms
@@ -118,6 +121,10 @@ def _paper_lars(kv, predictor, **overrides):
 POLICIES: dict[str, SimPolicy] = {p.name: p for p in [
     SimPolicy("sarathi-512", "FCFS, 512-token chunks (Sarathi-Serve)", _registry("fcfs", max_num_batched_tokens=512)),
     SimPolicy("sarathi-2048", "FCFS, 2048-token chunks (Sarathi-Serve)", _registry("fcfs", max_num_batched_tokens=2048)),
+    SimPolicy("vllm-2048", "FCFS, 2048-token budget, long prompts (> 1024 tokens) capped at 1024-token chunks, one per iteration (vLLM's long_prefill_token_threshold / max_long_partial_prefills)",
+              _registry("fcfs", max_num_batched_tokens=2048, long_prefill_token_threshold=1024, max_long_partial_prefills=1)),
+    SimPolicy("srpt-2048", "shortest remaining prompt first, aged 2000 tokens/s, 2048-token budget",
+              _registry("srpt", max_num_batched_tokens=2048)),
     SimPolicy("loongserve", "FCFS, whole prompts, non-preemptive, elastic SP (LoongServe-like)",
               _registry("fcfs_nonchunked"), device_kind="elastic_sp"),
     SimPolicy("edf", "earliest TTFT deadline first, time budget, one prefill per batch",

@@ -22,7 +22,7 @@ def _greedy(n):
 
 
 def test_chunks_shrink_as_the_long_prefill_kv_grows(profile_dir):
-    llm = LLM(model="demo", scheduler="lars", num_pages=80, t_target=0.02, profile_dir=profile_dir, warmup=False,
+    llm = LLM(model="demo", scheduler="lars", batch_mode=False, num_pages=80, t_target=0.02, profile_dir=profile_dir, warmup=False,
               **BASE)
     pred = llm.engine.scheduler.predictor
     assert pred is not None and pred.fit_info["num_samples"] > 10

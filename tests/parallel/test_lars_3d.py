@@ -28,7 +28,7 @@ def test_lars_on_a_3d_mesh_equals_transformers_and_profiles_ticks(tmp_path):
     # A hand-made profile: ~0.2 ms per token, so 50 ms budgets give chunks of a few hundred tokens.
     RuntimePredictor(dict(const=1e-3, tokens=2e-4, chunk_kv=1e-8, decodes=1e-4, decode_kv=1e-8),
                      key=key).save(profile_path(str(tmp_path), key))
-    llm = LLM(scheduler="lars", max_num_batched_tokens=256, max_num_seqs=8, **kw)
+    llm = LLM(scheduler="lars", batch_mode=False, max_num_batched_tokens=256, max_num_seqs=8, **kw)
     eng = llm.engine
     sp = SamplingParams(max_tokens=golden["new_tokens"], temperature=0.0, ignore_eos=True)
     outs = llm.generate([p["token_ids"] for p in golden["prompts"]], sp)

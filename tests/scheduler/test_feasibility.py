@@ -55,3 +55,29 @@ def test_fewest_late_jobs_vs_brute_force(seed):
     best = max(k for k in range(n + 1) for sub in itertools.combinations(jobs, k) if edf_feasible(sub, now, rate))
     assert len(admitted) == best
     assert admitted == [j[2] for j in sorted(kept, key=lambda j: j[0])]
+
+
+def test_a_less_important_class_is_given_up_first():
+    """rank (priority_class: lower is more important) before remaining work."""
+    jobs = [(1.0, 0.6, "a", 0), (1.0, 0.5, "b", 1)]
+    assert sacrifice(jobs, 0.0)[1] == {"b"}
+    assert sacrifice([(1.0, 0.6, "a", 1), (1.0, 0.5, "b", 0)], 0.0)[1] == {"a"}
+    assert sacrifice([(1.0, 0.6, "a"), (1.0, 0.5, "b")], 0.0)[1] == {"a"}  # one class: most work
+
+
+def test_slo_scheduler_serves_the_important_class_when_both_cannot_make_it():
+    from medha_jax.scheduler import RuntimePredictor
+    from tests.scheduler.factories import make_requests, make_scheduler, shape
+
+    s = make_scheduler("slo", num_pages=4096, predictor=RuntimePredictor({"tokens": 1e-3}), accept_within=0.0,
+                       max_num_batched_tokens=8192)
+    early, late = make_requests(2, prompt_len=600, ttft_deadline=[0.9, 1.0])  # 0.6 s of work each
+    early.priority_class = 1  # less important, and due first: EDF would run it first
+    for r in (early, late):
+        s.add_request(r)
+    b = s.schedule(0.0)
+    assert shape(b)[0][0] == "r1" and s.policy.set_aside == {early}
+    edf = make_scheduler("edf", num_pages=4096, predictor=RuntimePredictor({"tokens": 1e-3}), max_num_batched_tokens=8192)
+    for r in make_requests(2, prompt_len=600, ttft_deadline=[0.9, 1.0]):
+        edf.add_request(r)
+    assert shape(edf.schedule(0.0))[0][0] == "r0"

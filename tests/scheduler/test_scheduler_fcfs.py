@@ -205,7 +205,7 @@ def test_records_keep_the_composition():
 
 
 @pytest.mark.parametrize("kwargs, msg", [
-    (dict(policy="sjf"), "valid: fcfs, fcfs_nonchunked, edf, lrs, lars"),
+    (dict(policy="sjf"), "valid: fcfs, fcfs_nonchunked, srpt, edf, lrs, lars, slo"),
     (dict(max_num_seqs=0), "max_num_seqs"),
     (dict(t_target=-1.0), "t_target"),
     (dict(tpot_slo=0.02, t_target=0.05), "exceeds tpot_slo"),
@@ -229,3 +229,33 @@ def test_max_batch_tokens_defaults_per_policy():
     assert SchedulerConfig(policy="lars").max_num_batched_tokens == 8192 + 256
     assert make_scheduler("fcfs", max_num_batched_tokens=64).max_batch_tokens == 64
     assert make_scheduler("fcfs_nonchunked").max_batch_tokens is None
+
+
+def test_vllm_long_prefill_limits_leave_room_for_short_prompts():
+    """long_prefill_token_threshold: long prompts' chunks are capped and only
+    max_long_partial_prefills of them run per iteration, so a short prompt behind two long ones
+    is prefilled at once (plain fcfs would give the whole budget to the first long prompt)."""
+    s = make_scheduler("fcfs", num_pages=1024, max_num_batched_tokens=512, long_prefill_token_threshold=200)
+    for r in make_requests(2, prompt_len=3000, prefix="L") + make_requests(1, prompt_len=100, arrival=1.0, prefix="s"):
+        s.add_request(r)
+    assert shape(s.schedule(1.0)) == [("L0", 0, 200), ("s0", 0, 100)]
+    plain = make_scheduler("fcfs", num_pages=1024, max_num_batched_tokens=512)
+    for r in make_requests(2, prompt_len=3000, prefix="L") + make_requests(1, prompt_len=100, arrival=1.0, prefix="s"):
+        plain.add_request(r)
+    assert shape(plain.schedule(1.0)) == [("L0", 0, 512)]
+    with pytest.raises(ValueError, match="long_prefill_token_threshold"):
+        SchedulerConfig(long_prefill_token_threshold=-1)
+
+
+def test_srpt_runs_the_shortest_prompt_first_and_ages_the_long_ones():
+    s = make_scheduler("srpt", num_pages=1024, max_num_batched_tokens=256, srpt_aging=100.0)
+    long_ = make_requests(1, prompt_len=3000, arrival=0.0, prefix="L")
+    short = make_requests(2, prompt_len=200, arrival=[5.0, 35.0], prefix="s")
+    for r in long_ + short:
+        s.add_request(r)
+    # keys at 40 s: s0 200 - 3500, L0 3000 - 4000, s1 200 - 500: a long prompt that has waited
+    # 28 s longer than a short one (2800 tokens / 100 per s) goes before it
+    assert [r.request_id for r in s.policy.order(long_ + short, 40.0)] == ["s0", "L0", "s1"]
+    assert shape(s.schedule(40.0)) == [("s0", 0, 200), ("L0", 0, 56)]
+    with pytest.raises(ValueError, match="srpt_aging"):
+        SchedulerConfig(policy="srpt", srpt_aging=-1.0)

@@ -3,7 +3,7 @@
 import pytest
 
 from medha_jax.request import RequestStatus
-from medha_jax.scheduler import RuntimePredictor
+from medha_jax.scheduler import RuntimePredictor, SchedulerConfig
 from medha_jax.scheduler.records import Composition
 from medha_jax.scheduler.replay import replay
 from tests.scheduler.factories import make_requests, make_scheduler, sample_all, shape
@@ -128,3 +128,25 @@ def test_measured_times_are_recorded_and_correct_the_predictor():
     rec = s.records[-1]
     assert (rec.composition.seqs, rec.predicted, rec.measured) == (((1000, 0),), b.predicted_time, 0.02)
     assert s.predictor.correction == pytest.approx(1.0 + 0.05 * (2.0 - 1.0))
+
+
+@pytest.mark.parametrize("policy", ["lars", "slo"])
+def test_batch_mode_packs_for_throughput_until_a_tpot_target_is_live(policy):
+    """batch_mode: with no live TPOT target the budget is infinite (chunks fill the token cap); a
+    request that brings its own target makes every batch respect it again."""
+    s = sched({"tokens": 1e-5, "decodes": 1e-3}, policy=policy, batch_mode=True, max_num_batched_tokens=6000)
+    shorts = make_requests(4, prompt_len=32, max_tokens=8)
+    for r in shorts:
+        s.add_request(r)
+    sample_all(s, s.schedule(0.0), 0.1)
+    (long_,) = make_requests(1, prompt_len=100_000, prefix="L")
+    s.add_request(long_)
+    b = s.schedule(0.1)
+    assert shape(b)[0] == ("L0", 0, 5984)  # the token cap less 4 decodes, in 32s; not the 50 ms budget's 4576
+    sample_all(s, b, 0.2)
+    (tight,) = make_requests(1, prompt_len=32, max_tokens=8, prefix="T")
+    tight.tpot_target = 0.02
+    s.add_request(tight)
+    b = s.schedule(0.2)
+    assert b.predicted_time <= 0.02 + 1e-9
+    assert SchedulerConfig(policy=policy).batch_mode is False  # servers keep every decode on t_target

@@ -9,7 +9,7 @@ from medha_jax.batch import ScheduledBatch
 from medha_jax.scheduler import RuntimePredictor
 from tests.scheduler.factories import make_requests, make_scheduler
 
-POLICIES = ["fcfs", "edf", "lrs", "lars"]
+POLICIES = ["fcfs", "srpt", "edf", "lrs", "lars"]
 
 
 def sched(policy):

@@ -13,7 +13,7 @@ from medha_jax.sim.experiment import Experiment
 from medha_jax.sim.profiles import load_profile
 from medha_jax.sim.workload import RequestSpec, WorkloadSpec, generate
 
-BASELINES = ["sarathi-2048", "edf", "lrs", "lars", "medha", "pecsched"]
+BASELINES = ["sarathi-2048", "vllm-2048", "srpt-2048", "edf", "lrs", "lars", "medha", "pecsched"]
 DEADLINE_POLICIES = ["edf", "lrs", "lars", "medha"]
 
 

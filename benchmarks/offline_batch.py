@@ -1,0 +1,143 @@
+"""Offline batch throughput of each scheduling policy on the same engine shapes, side by side.
+
+    python benchmarks/offline_batch.py                       # default policy vs fcfs, 16 x (512 + 64)
+    python benchmarks/offline_batch.py --policies slo,lars,edf,fcfs --repeats 5
+    python benchmarks/offline_batch.py --small               # seconds: a code-path check
+
+Data flow: a random-weight Llama (benchmarks/dummy_models.LLAMA_31M: 8 layers, hidden 512, GQA
+8:2, head_dim 64, vocab 8192, float32) served through `LLM(load_format="dummy")` once per policy,
+every engine with the same shapes (token cap, sequences, pages, buckets) and the LLM defaults
+(batch_mode on) -> one untimed pass of the job per engine (compiles its buckets; a time-budget
+policy also measures its runtime profile on first start, under --workdir) -> `repeats` rounds,
+each timing every policy once in turn (interleaved, so drifts in machine load hit all alike)
+-> median wall time per policy, output tokens/s, the ratio to fcfs, identical greedy outputs
+checked -> results/offline_batch[_small].json and .md with the machine and its load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from dummy_models import LLAMA_31M, TINY, write_model_dir  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu} x {os.cpu_count()} cores"
+
+
+def commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              cwd=Path(__file__).parent, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def main(argv=None) -> int:
+    from medha_jax import LLM, SamplingParams
+    from medha_jax.scheduler import SchedulerConfig
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--policies", default=f"{SchedulerConfig().policy},fcfs",
+                    help="comma-separated; the first is reported against fcfs (default: the default policy)")
+    ap.add_argument("--prompts", type=int, default=16)
+    ap.add_argument("--prompt-len", type=int, default=512)
+    ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--max-num-batched-tokens", type=int, default=512)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--small", action="store_true", help="tiny model and job: a code-path check")
+    ap.add_argument("--workdir", type=Path, default=Path("/tmp/medha_offline_batch"),
+                    help="model dir and runtime profiles (reused between runs)")
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args(argv)
+    if args.small:
+        args.prompts, args.prompt_len, args.new_tokens, args.max_num_batched_tokens = 4, 48, 8, 64
+    policies = args.policies.split(",")
+    cfg = TINY if args.small else LLAMA_31M
+    model_dir = write_model_dir(args.workdir, "tiny" if args.small else "llama-31m", cfg)
+    shapes = dict(load_format="dummy", dtype="float32", mesh="tp=1", num_devices=1,
+                  max_model_len=args.prompt_len + args.new_tokens + 64, num_pages=args.prompts * 40 + 64,
+                  page_size=16, max_num_seqs=args.prompts, max_num_batched_tokens=args.max_num_batched_tokens,
+                  min_token_bucket=16, min_seq_bucket=4, min_page_bucket=8, warmup=False,
+                  profile_dir=str(args.workdir / "profiles"))
+    V = cfg["vocab_size"]
+    job = [[(k * 7919 + i * 104729) % (V - 512) + 256 for i in range(args.prompt_len)] for k in range(args.prompts)]
+    sp = SamplingParams(max_tokens=args.new_tokens, temperature=0.0, ignore_eos=True)
+    log = lambda m: print(f"[offline {time.strftime('%H:%M:%S')}] {m}", flush=True)  # noqa: E731
+    load_before = os.getloadavg()
+    llms, start_s, outputs = {}, {}, {}
+    for p in policies:
+        t0 = time.perf_counter()
+        llms[p] = LLM(model=str(model_dir), scheduler=p, **shapes)
+        llms[p].generate(job, sp)  # compiles this engine's buckets
+        start_s[p] = time.perf_counter() - t0
+        log(f"{p}: engine up and one untimed pass in {start_s[p]:.1f} s")
+    walls: dict[str, list[float]] = {p: [] for p in policies}
+    for rep in range(args.repeats):
+        for p in policies:
+            t0 = time.perf_counter()
+            outs = llms[p].generate(job, sp)
+            walls[p].append(time.perf_counter() - t0)
+            outputs[p] = [o.token_ids for o in outs]
+        log(f"round {rep + 1}: " + ", ".join(f"{p} {walls[p][-1]:.2f} s" for p in policies))
+    gen = args.prompts * args.new_tokens
+    rows = []
+    for p in policies:
+        med = statistics.median(walls[p])
+        eng = llms[p].engine
+        rows.append(dict(policy=p, median_s=med, walls_s=walls[p], output_tokens_per_s=gen / med,
+                         total_tokens_per_s=(gen + args.prompts * args.prompt_len) / med,
+                         iterations=len(eng.scheduler.records), start_and_first_pass_s=start_s[p],
+                         same_tokens_as_first=outputs[p] == outputs[policies[0]]))
+    fcfs = next((r for r in rows if r["policy"] == "fcfs"), None)
+    for r in rows:
+        r["throughput_vs_fcfs"] = fcfs["median_s"] / r["median_s"] if fcfs else None
+    report = dict(machine=machine(), commit=commit(), load_before=load_before, load_after=os.getloadavg(),
+                  job=dict(prompts=args.prompts, prompt_len=args.prompt_len, new_tokens=args.new_tokens,
+                           model=cfg, shapes=shapes), repeats=args.repeats, rows=rows,
+                  command="python benchmarks/offline_batch.py " + " ".join(argv if argv is not None else sys.argv[1:]))
+    name = "offline_batch_small" if args.small else "offline_batch"
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"{name}.json").write_text(json.dumps(report, indent=1))
+    lines = [f"# Offline batch: {args.prompts} prompts x ({args.prompt_len} in, {args.new_tokens} out)", "",
+             f"`{report['command']}` at {report['commit']}. Machine: {report['machine']}; 1-min load average "
+             f"{load_before[0]:.1f} before, {report['load_after'][0]:.1f} after. Model: random Llama, "
+             f"{cfg['num_hidden_layers']} layers, hidden {cfg['hidden_size']}, vocab {cfg['vocab_size']}, float32. "
+             f"Same shapes for every policy (max_num_batched_tokens {args.max_num_batched_tokens}, "
+             f"max_num_seqs {args.prompts}); `LLM` defaults otherwise (batch_mode on). Median of "
+             f"{args.repeats} interleaved rounds.", "",
+             "| policy | median s | out tok/s | total tok/s | x fcfs | iterations (all passes) | same tokens |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        x = f"{r['throughput_vs_fcfs']:.2f}" if r["throughput_vs_fcfs"] else "-"
+        lines.append(f"| {r['policy']} | {r['median_s']:.2f} | {r['output_tokens_per_s']:.0f} | "
+                     f"{r['total_tokens_per_s']:.0f} | {x} | {r['iterations']} | "
+                     f"{'yes' if r['same_tokens_as_first'] else 'NO'} |")
+    (args.out / f"{name}.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
