@@ -60,8 +60,11 @@ for p in (str(ROOT), str(HERE)):
 from convoy_client import MetricsPoller, RequestSpec, ServerProcess, cpu_probe, generate_once, run_workload  # noqa: E402
 from convoy_report import markdown_table, plot_ttft_cdf, plot_ttft_over_time, summarize, text_table  # noqa: E402
 
-TABLE_ORDER = ("fcfs_nonchunked", "fcfs", "edf", "lrs", "lars")
-DEFAULT_CONFIGS = ("fcfs_nonchunked", "lars", "fcfs", "edf")  # run order: the two compared runs back to back
+from medha_jax.scheduler.config import TIME_BUDGET_POLICIES, SchedulerConfig  # noqa: E402
+
+DEFAULT_POLICY = SchedulerConfig().policy
+TABLE_ORDER = ("fcfs_nonchunked", "fcfs", "srpt", "edf", "lrs", "lars", "slo")
+DEFAULT_CONFIGS = ("fcfs_nonchunked", DEFAULT_POLICY, "edf", "fcfs")  # run order: the compared runs back to back
 
 
 def log(msg: str) -> None:
@@ -120,7 +123,7 @@ def parse_args(argv=None) -> argparse.Namespace:
             if getattr(ns, k) == ap.get_default(k):
                 setattr(ns, k, v)
         if ns.configs == ap.get_default("configs"):
-            ns.configs = "fcfs_nonchunked,lars"
+            ns.configs = f"fcfs_nonchunked,{DEFAULT_POLICY}"
     ns.configs = [c.strip() for c in ns.configs.split(",") if c.strip()]
     ns.short_prompt = tuple(int(x) for x in ns.short_prompt.split(","))
     ns.short_output = tuple(int(x) for x in ns.short_output.split(","))
@@ -142,7 +145,7 @@ def engine_flags(ns, profile_dir: str, prefill_cache_dir: str) -> list[str]:
 
 def policy_flags(policy: str, choice: dict) -> list[str]:
     flags = ["--policy", policy, "--deadline-min", repr(choice["deadline_min"])]
-    if policy in ("edf", "lrs", "lars"):
+    if policy in TIME_BUDGET_POLICIES:
         flags += ["--t-target", repr(choice["t_target"])]
     return flags
 
@@ -548,34 +551,46 @@ def _r(x, n=2):
 
 
 def criteria(summaries: dict[str, dict]) -> dict:
-    base, lars = summaries.get("fcfs_nonchunked"), summaries.get("lars")
-    if not base or not lars:
+    """The default policy against fcfs_nonchunked (convoy: >= 10x lower short P99 TTFT, long request
+    within 1.3x) and against edf (short P99 TTFT and misses no worse)."""
+    base, dflt, edf = summaries.get("fcfs_nonchunked"), summaries.get(DEFAULT_POLICY), summaries.get("edf")
+    if not dflt:
         return {}
-    b99, l99 = base["short"]["ttft_p99_s"], lars["short"]["ttft_p99_s"]
-    bl, ll = base.get("long_completion_s"), lars.get("long_completion_s")
-    out = {"short_p99_ttft_fcfs_nonchunked_s": b99, "short_p99_ttft_lars_s": l99,
-           "long_completion_fcfs_nonchunked_s": bl, "long_completion_lars_s": ll}
-    if b99 and l99:
-        out["short_p99_ttft_ratio"] = b99 / l99
-        out["short_p99_ttft_at_least_10x_lower"] = b99 / l99 >= 10
-    if bl and ll:
-        out["long_completion_ratio"] = ll / bl
-        out["long_completion_within_1_3x"] = ll / bl <= 1.3
+    out = {"policy": DEFAULT_POLICY}
+    d99, dl = dflt["short"]["ttft_p99_s"], dflt.get("long_completion_s")
+    if base:
+        b99, bl = base["short"]["ttft_p99_s"], base.get("long_completion_s")
+        out.update(short_p99_ttft_fcfs_nonchunked_s=b99, short_p99_ttft_default_s=d99,
+                   long_completion_fcfs_nonchunked_s=bl, long_completion_default_s=dl)
+        if b99 and d99:
+            out["short_p99_ttft_ratio"] = b99 / d99
+            out["short_p99_ttft_at_least_10x_lower"] = b99 / d99 >= 10
+        if bl and dl:
+            out["long_completion_ratio"] = dl / bl
+            out["long_completion_within_1_3x"] = dl / bl <= 1.3
+    if edf and edf is not dflt:
+        e99, em, dm = edf["short"]["ttft_p99_s"], edf["short"]["deadline_misses"], dflt["short"]["deadline_misses"]
+        out.update(short_p99_ttft_edf_s=e99, short_misses_edf=em, short_misses_default=dm,
+                   no_worse_than_edf=bool(d99 is not None and e99 is not None and d99 <= e99 and dm <= em))
     return out
 
 
 def criteria_lines(c: dict) -> list[str]:
     if not c:
         return []
-    lines = []
+    lines, p = [], c.get("policy", "lars")
     if "short_p99_ttft_ratio" in c:
-        lines.append(f"short P99 TTFT: fcfs_nonchunked {c['short_p99_ttft_fcfs_nonchunked_s']:.2f} s / lars "
-                     f"{c['short_p99_ttft_lars_s']:.2f} s = {c['short_p99_ttft_ratio']:.1f}x lower under lars "
+        lines.append(f"short P99 TTFT: fcfs_nonchunked {c['short_p99_ttft_fcfs_nonchunked_s']:.2f} s / {p} "
+                     f"{c['short_p99_ttft_default_s']:.2f} s = {c['short_p99_ttft_ratio']:.1f}x lower under {p} "
                      f"(target >= 10x: {'met' if c['short_p99_ttft_at_least_10x_lower'] else 'NOT met'})")
     if "long_completion_ratio" in c:
-        lines.append(f"long request completion: lars {c['long_completion_lars_s']:.1f} s vs fcfs_nonchunked "
+        lines.append(f"long request completion: {p} {c['long_completion_default_s']:.1f} s vs fcfs_nonchunked "
                      f"{c['long_completion_fcfs_nonchunked_s']:.1f} s = {c['long_completion_ratio']:.2f}x "
                      f"(target <= 1.3x: {'met' if c['long_completion_within_1_3x'] else 'NOT met'})")
+    if "no_worse_than_edf" in c:
+        lines.append(f"vs edf: short P99 TTFT {c['short_p99_ttft_default_s']:.2f} s vs {c['short_p99_ttft_edf_s']:.2f} s, "
+                     f"short misses {c['short_misses_default']} vs {c['short_misses_edf']} "
+                     f"(target: no worse: {'met' if c['no_worse_than_edf'] else 'NOT met'})")
     return lines
 
 

@@ -15,20 +15,20 @@ TIME_BUDGET_POLICIES = ("edf", "lrs", "lars", "slo")
 
 @dataclass(slots=True)
 class SchedulerConfig:
-    policy: str = "lars"
+    policy: str = "slo"
     """Scheduling policy: fcfs (Sarathi chunked prefills under a token budget), fcfs_nonchunked
     (whole prompts, the convoy baseline), srpt (shortest remaining prompt first with aging, token
     budget), or edf / lrs / lars / slo (priority order, chunks sized by
     the runtime predictor under a time budget; lars is Medha's; slo is EDF while every TTFT deadline
     can be met and sacrifices the fewest requests when not)."""
     max_num_batched_tokens: int | None = None
-    """Most tokens in one iteration. fcfs: the Sarathi token budget (default 512). edf/lrs/lars: a
+    """Most tokens in one iteration. fcfs/srpt: the Sarathi token budget (default 512). edf/lrs/lars/slo: a
     hard cap beside the time budget (default max_chunk + max_num_seqs). fcfs_nonchunked: the cap on
     extra whole prompts (default 512); the first prompt of an iteration always runs whole."""
     max_num_seqs: int = 256
     """Most sequences (decodes + prefill chunks) in one iteration."""
     t_target: float | None = None
-    """Iteration time budget in seconds for edf/lrs/lars (default 0.05, or tpot_slo when given)."""
+    """Iteration time budget in seconds for edf/lrs/lars/slo (default 0.05, or tpot_slo when given)."""
     tpot_slo: float | None = None
     """Decode time-per-output-token SLO in seconds; when set, t_target defaults to it."""
     batch_mode: bool = False

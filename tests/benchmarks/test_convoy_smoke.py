@@ -26,7 +26,7 @@ def test_convoy_benchmark_smoke(tmp_path):
     )
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     report = json.loads((tmp_path / "out" / "convoy.json").read_text())
-    assert set(report["configs"]) == {"fcfs_nonchunked", "lars"}
+    assert set(report["configs"]) == {"fcfs_nonchunked", "slo"}
     for name, rec in report["configs"].items():
         s = rec["summary"]
         assert s["num_errors"] == 0 and s["num_completed"] == s["num_requests"] >= 2, (name, s)
@@ -39,4 +39,4 @@ def test_convoy_benchmark_smoke(tmp_path):
     assert report["choice"]["long_len"] > max(report["choice"]["short_prompt"])
     for suffix in ("_ttft_over_time.png", "_ttft_cdf.png", ".md"):
         assert (tmp_path / "out" / f"convoy{suffix}").stat().st_size > 0
-    assert "short TTFT P99" in r.stdout and "lars" in r.stdout
+    assert "short TTFT P99" in r.stdout and "slo" in r.stdout

@@ -225,7 +225,7 @@ def test_t_target_defaults():
 
 def test_max_batch_tokens_defaults_per_policy():
     assert SchedulerConfig(policy="fcfs").max_num_batched_tokens == 512
-    assert SchedulerConfig().policy == "lars"  # Medha's policy is the default
+    assert SchedulerConfig().policy == "slo"  # deadline-aware by default (issue 17)
     assert SchedulerConfig(policy="lars").max_num_batched_tokens == 8192 + 256
     assert make_scheduler("fcfs", max_num_batched_tokens=64).max_batch_tokens == 64
     assert make_scheduler("fcfs_nonchunked").max_batch_tokens is None
