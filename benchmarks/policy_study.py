@@ -2,6 +2,7 @@
 policy's capacity, on the modelled Llama-3 8B / 16 x A100 TP8-SPP2 deployment of Medha 6.2 / 6.4.
 
   python benchmarks/policy_study.py            (30-45 min on 2 cores; --quick: ~5 min)
+  python benchmarks/policy_study.py --seed 1 --device llama3-8b-h100x8-tp8 --out DIR   (other draws)
 
   (mix, qps, policy) grid --2 worker processes, each its own Experiment-->
       medha_jax.sim: generated workload (seed fixed) -> real Scheduler on a simulated clock
@@ -39,6 +40,12 @@ OVER_TIME = (0.05, 0.75)
 SEED = 0
 
 _EXP: Experiment | None = None
+
+
+def _init(device: str, seed: int) -> None:
+    """Worker (and parent) setup: which deployment and which workload draw."""
+    global DEVICE, SEED, _EXP
+    DEVICE, SEED, _EXP = device, seed, None
 
 
 def _exp() -> Experiment:
@@ -115,7 +122,10 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="15-minute traces, two QPS points, no capacity search")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", default=OUT)
+    ap.add_argument("--seed", type=int, default=SEED, help="workload and predictor-fit seed")
+    ap.add_argument("--device", default=DEVICE, help="deployment preset (see python -m medha_jax.sim --help)")
     args = ap.parse_args(argv)
+    _init(args.device, args.seed)
     duration = 900.0 if args.quick else 3600.0
     qps_list = (0.25, 1.75) if args.quick else QPS
     cap_duration = 1800.0
@@ -126,7 +136,7 @@ def main(argv=None) -> int:
     tasks.sort(key=lambda t: -t[1])  # the slow, high-load runs first
     t0 = time.perf_counter()
     res, walls, iters, light = {}, {}, {}, {}
-    with ProcessPoolExecutor(args.workers) as pool:
+    with ProcessPoolExecutor(args.workers, initializer=_init, initargs=(args.device, args.seed)) as pool:
         for mix, qps, pol, summary, wall, n_iter, lt in pool.map(_one, tasks):
             res[(mix, qps, pol)], walls[(mix, qps, pol)], iters[(mix, qps, pol)] = summary, wall, n_iter
             if lt is not None:

@@ -6,7 +6,7 @@
        its deadline, sacrifice jobs admitted so far until it fits: the highest rank first (the
        least important class; rank 0 by default), and within a rank the one with the most
        remaining work (it frees the most time for the rest)
-    -> (admitted in EDF order, sacrificed)
+    -> (admitted, sacrificed), both in EDF order
 
 With every job released by `now` this is Moore-Hodgson (1968): it minimises the number of late
 jobs on one machine (with one rank), and when no job needs to be sacrificed the EDF order meets every deadline
@@ -23,23 +23,33 @@ from collections.abc import Iterable
 
 
 def sacrifice(jobs: Iterable[tuple], now: float, *, rate: float = 1.0, margin: float = 0.0,
-              inflate: float = 1.0) -> tuple[list, set]:
-    """(admitted items in deadline order, sacrificed items); see the module docstring."""
+              inflate: float = 1.0) -> tuple[list, list]:
+    """(admitted items, sacrificed items), each in deadline order; see the module docstring."""
     if not rate > 0:
         raise ValueError(f"rate must be > 0, got {rate!r}")
     scale = inflate / rate
     order = sorted(jobs, key=lambda j: j[0])
     t = now + margin
     heap: list[tuple[float, float, int]] = []  # (-rank, -duration, position in order)
+    heaped = False  # the heap is built at the first overrun: a feasible load costs one pass
     dropped: set[int] = set()
     for i, job in enumerate(order):
-        deadline, remaining = job[0], job[1]
-        dur = remaining * scale
+        dur = job[1] * scale
         t += dur
-        heapq.heappush(heap, (-(job[3] if len(job) > 3 else 0), -dur, i))
-        while t > deadline and heap:
-            _, neg, j = heapq.heappop(heap)
-            t += neg
-            dropped.add(j)
-    admitted = [order[i][2] for i in range(len(order)) if i not in dropped]
-    return admitted, {order[i][2] for i in dropped}
+        entry = (-(job[3] if len(job) > 3 else 0), -dur, i)
+        if heaped:
+            heapq.heappush(heap, entry)
+        else:
+            heap.append(entry)
+        if t > job[0]:
+            if not heaped:
+                heapq.heapify(heap)
+                heaped = True
+            while t > job[0] and heap:
+                _, neg, j = heapq.heappop(heap)
+                t += neg
+                dropped.add(j)
+    if not dropped:
+        return [j[2] for j in order], []
+    return ([order[i][2] for i in range(len(order)) if i not in dropped],
+            [order[i][2] for i in sorted(dropped)])

@@ -27,6 +27,7 @@ Ties keep the order in which requests joined the queue. Pure Python, no JAX.
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections.abc import Hashable, Iterator
 from operator import itemgetter
 
@@ -90,11 +91,6 @@ class Policy:
     def on_iteration(self, prefill_share: float, t_target: float) -> None:
         """Before `candidates`: the fraction of this iteration's device time the decodes leave
         to prefills, and the iteration's time budget (time-budget packer only)."""
-
-    def budget_fraction(self, request: Request) -> float:
-        """Fraction of the iteration's time budget a batch may fill up to when adding this
-        request's chunk (time-budget packer)."""
-        return 1.0
 
     def group_and_key(self, request: Request) -> tuple[Hashable, float]:
         """(group, static key) of a waiting request; see waiting_index.py."""
@@ -284,9 +280,10 @@ class SLOPolicy(DeadlinePolicy):
     long one (EDF's overload cascade). Set-aside requests still run, after the others, in
     deadline order (a more important `priority_class` first: lower is more important), and are the
     first preemption victims; they rejoin the EDF order as soon as
-    they fit again. While any request is set aside, the others may fill only 1 - `min_share` of
-    each iteration's budget, so set-aside work always progresses at >= min_share of the device
-    (no starvation, even under a saturating stream of short requests). Requests with a first token (decodes, recomputes after preemption) keep their
+    they fit again. Once the best set-aside request has waited more than STARVING x its deadline D,
+    one iteration in round(1 / `min_share`) puts it first, so set-aside work always progresses (no
+    starvation, even under a saturating stream of short requests) without taking time from
+    requests that can still make their deadlines during a passing burst. Requests with a first token (decodes, recomputes after preemption) keep their
     own, already past, deadline: they go first. No space sharing (relative slack 0): the order
     alone decides who waits.
 
@@ -297,6 +294,8 @@ class SLOPolicy(DeadlinePolicy):
     name = "slo"
     SET_ASIDE = 1e12
     """Key offset of a sacrificed request: after every request that can still make its deadline."""
+    STARVING = 2.0
+    """A set-aside request older than this many of its deadlines D gets the periodic share."""
     CLASS_STEP = 1e9
     """Key step per priority class among set-aside requests (classes clamped to +-100)."""
 
@@ -306,9 +305,12 @@ class SLOPolicy(DeadlinePolicy):
         self.inflate, self.min_share = inflate, min_share
         self._share, self._margin = 1.0, 0.0
         self.set_aside: set[Request] = set()
+        self._prefilling: dict[Request, None] = {}  # left the waiting queue, no first token yet
+        self._round, self._iteration = max(1, round(1.0 / min_share)) if min_share > 0 else 0, 0
 
     def on_iteration(self, prefill_share: float, t_target: float) -> None:
         self._share, self._margin = max(prefill_share, 0.05), t_target
+        self._iteration += 1
 
     def key(self, request: Request, now: float) -> float:
         d = request.arrival_time + self._info[request][0]
@@ -319,18 +321,46 @@ class SLOPolicy(DeadlinePolicy):
     def relative_slack(self, request: Request, now: float) -> float:
         return 0.0
 
-    def budget_fraction(self, request: Request) -> float:
-        if not self.set_aside or request in self.set_aside:
-            return 1.0
-        return 1.0 - self.min_share
+    def on_leave_waiting(self, request: Request) -> None:
+        super().on_leave_waiting(request)
+        if request in self._info and not request.output_token_ids:
+            self._prefilling[request] = None
 
     def on_remove(self, request: Request) -> None:
         super().on_remove(request)
         self.set_aside.discard(request)
+        self._prefilling.pop(request, None)
 
     def candidates(self, partials: list[Request], now: float) -> Iterator[Request]:
-        jobs = [(r.arrival_time + info[0], self.remaining(r), r, r.priority_class)
-                for r, info in self._info.items() if not r.output_token_ids]
+        """Requests with a first token first (deadline order), then the admitted ones in EDF
+        order, then the set-aside ones (class, then deadline). One sort per iteration: the
+        feasibility scan's; a waiting request's remaining time is its static estimate."""
+        waiting = self._store()
+        info = self._info
+        firsts, jobs = [], []
+        for r in waiting:
+            i = info[r]
+            if r.output_token_ids:  # recompute after preemption: its first token is long out
+                firsts.append((r.arrival_time + i[0], r))
+            else:  # no output: its token count and so its estimate i[2] are those of on_add
+                jobs.append((r.arrival_time + i[0], i[2], r, r.priority_class))
+        for r in list(self._prefilling):  # running prefills, in flight or not: they use the device too
+            if r.output_token_ids:
+                del self._prefilling[r]
+            else:
+                jobs.append((r.arrival_time + info[r][0], self.remaining(r), r, r.priority_class))
         margin = self._margin if self._margin < float("inf") else 0.0  # batch mode: no budget
-        _, self.set_aside = sacrifice(jobs, now, rate=self._share, margin=margin, inflate=self.inflate)
-        return super().candidates(partials, now)
+        admitted, aside = sacrifice(jobs, now, rate=self._share, margin=margin, inflate=self.inflate)
+        self.set_aside = set(aside)
+        ready = set(partials)
+        ready.update(waiting)
+        firsts.sort(key=_first)
+        aside = [r for r in aside if r in ready]
+        if len({r.priority_class for r in aside}) > 1:
+            aside.sort(key=lambda r: r.priority_class)  # stable: deadline order within a class
+        order = itertools.chain(map(_second, firsts), (r for r in admitted if r in ready), aside)
+        if aside and self._round and self._iteration % self._round == 0:  # the set-aside share
+            top = aside[0]
+            if now - top.arrival_time > self.STARVING * info[top][0]:
+                order = itertools.chain([top], (r for r in order if r is not top))
+        return order

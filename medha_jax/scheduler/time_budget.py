@@ -1,9 +1,7 @@
 """Phase 2 for edf / lrs / lars: prefill chunks under a time budget (Algorithms 1 and 2).
 
   decodes already in the batch --BatchCost (kvp > 1: per group, the slowest counts)--> t_pred
-  for each prefill candidate, best priority first (at most max_prefill_candidates looked at),
-  its budget t_target * policy.budget_fraction(candidate) (slo: others leave a share to the
-  requests it set aside):
+  for each prefill candidate, best priority first (at most max_prefill_candidates looked at):
       stop when t_pred reaches t_target (first prefill) or multi_prefill_fraction * t_target (others)
       long (>= long_threshold tokens processed): skip if the batch already holds a long prefill
           on one of its kvp groups; else space sharing: budget t_target * (1 - clamp(rho, 0, rho_max))
@@ -74,13 +72,13 @@ class TimeBudgetPacker:
                 continue
             processed = req.num_computed_tokens
             groups = None
-            budget = t_target * policy.budget_fraction(req)
+            budget = t_target
             if processed >= cfg.long_threshold:
                 groups = range(processed // group_len + 1)
                 if not long_groups.isdisjoint(groups):
                     continue
                 rho = min(max(policy.relative_slack(req, now), 0.0), cfg.rho_max)
-                budget *= 1.0 - rho
+                budget = t_target * (1.0 - rho)
             if budget <= t_pred:
                 continue
             n, _ = largest_chunk(lambda q: cost.time_with(q, processed), req.num_remaining_tokens, budget,

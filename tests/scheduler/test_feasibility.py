@@ -21,7 +21,7 @@ def edf_feasible(jobs, now, rate=1.0):
 def test_feasible_set_is_kept_whole_in_deadline_order():
     jobs = [(5.0, 1.0, "c"), (2.0, 1.0, "a"), (3.5, 1.5, "b")]
     admitted, dropped = sacrifice(jobs, 0.0)
-    assert admitted == ["a", "b", "c"] and dropped == set()
+    assert admitted == ["a", "b", "c"] and dropped == []
 
 
 def test_the_longest_job_goes_first_when_not_all_fit():
@@ -29,14 +29,14 @@ def test_the_longest_job_goes_first_when_not_all_fit():
     jobs = [(10.0, 9.5, "long"), (1.0, 0.9, "s1"), (2.0, 0.9, "s2"), (3.0, 0.9, "s3")]
     assert edf_feasible(jobs, 0.0) is False
     admitted, dropped = sacrifice(jobs, 0.0)
-    assert dropped == {"long"} and admitted == ["s1", "s2", "s3"]
+    assert dropped == ["long"] and admitted == ["s1", "s2", "s3"]
 
 
 def test_rate_margin_and_inflation_count_against_the_deadline():
     jobs = [(1.0, 0.5, "a")]
-    assert sacrifice(jobs, 0.0, rate=0.5)[1] == set()  # exactly on time
-    assert sacrifice(jobs, 0.0, rate=0.5, margin=0.01)[1] == {"a"}
-    assert sacrifice(jobs, 0.0, inflate=2.1)[1] == {"a"}
+    assert sacrifice(jobs, 0.0, rate=0.5)[1] == []  # exactly on time
+    assert sacrifice(jobs, 0.0, rate=0.5, margin=0.01)[1] == ["a"]
+    assert sacrifice(jobs, 0.0, inflate=2.1)[1] == ["a"]
     with pytest.raises(ValueError, match="rate"):
         sacrifice(jobs, 0.0, rate=0.0)
 
@@ -49,7 +49,8 @@ def test_fewest_late_jobs_vs_brute_force(seed):
     rate = rng.choice([1.0, 0.7])
     jobs = [(now + rng.uniform(-0.5, 6.0), rng.choice([rng.uniform(0.05, 0.5), rng.uniform(1, 4)]), i) for i in range(n)]
     admitted, dropped = sacrifice(jobs, now, rate=rate)
-    assert set(admitted) | dropped == set(range(n)) and not set(admitted) & dropped
+    assert set(admitted) | set(dropped) == set(range(n)) and not set(admitted) & set(dropped)
+    assert dropped == sorted(dropped, key=lambda i: jobs[i][0])  # deadline order
     kept = [j for j in jobs if j[2] in set(admitted)]
     assert edf_feasible(kept, now, rate)
     best = max(k for k in range(n + 1) for sub in itertools.combinations(jobs, k) if edf_feasible(sub, now, rate))
@@ -60,9 +61,9 @@ def test_fewest_late_jobs_vs_brute_force(seed):
 def test_a_less_important_class_is_given_up_first():
     """rank (priority_class: lower is more important) before remaining work."""
     jobs = [(1.0, 0.6, "a", 0), (1.0, 0.5, "b", 1)]
-    assert sacrifice(jobs, 0.0)[1] == {"b"}
-    assert sacrifice([(1.0, 0.6, "a", 1), (1.0, 0.5, "b", 0)], 0.0)[1] == {"a"}
-    assert sacrifice([(1.0, 0.6, "a"), (1.0, 0.5, "b")], 0.0)[1] == {"a"}  # one class: most work
+    assert sacrifice(jobs, 0.0)[1] == ["b"]
+    assert sacrifice([(1.0, 0.6, "a", 1), (1.0, 0.5, "b", 0)], 0.0)[1] == ["a"]
+    assert sacrifice([(1.0, 0.6, "a"), (1.0, 0.5, "b")], 0.0)[1] == ["a"]  # one class: most work
 
 
 def test_slo_scheduler_serves_the_important_class_when_both_cannot_make_it():

@@ -38,8 +38,8 @@ def test_slo_misses_no_more_deadlines_than_the_baselines(exp, qps, long_fraction
 
 def test_set_aside_requests_still_progress_under_a_saturating_stream():
     """0.5 s of short work every 0.5 s (a saturated server) and a long request (5 s of work) that
-    cannot make its deadline: slo sets it aside but still gives it >= min_share of the device
-    (no starvation), and misses far fewer short deadlines than EDF or LARS."""
+    cannot make its deadline: slo sets it aside, and once it has waited 2 x its deadline gives it
+    every 10th iteration first (no starvation), and misses far fewer short deadlines than EDF or LARS."""
     exp = Experiment(load_profile("linear:1e-4"))
     specs = [RequestSpec(0.25, 50_000, 1, 16.0)] + [RequestSpec(0.5 * i, 5_000, 1, 1.0) for i in range(100)]
 
@@ -50,5 +50,5 @@ def test_set_aside_requests_still_progress_under_a_saturating_stream():
         return sum(bool(o.missed) for o in r.outcomes if o.prompt != 50_000), sum(done)
 
     slo_misses, slo_progress = run("slo")
-    assert slo_progress >= 0.1 * 0.9 * 50_000  # ~10% of 50 s at 1e-4 s per token, less granularity
+    assert slo_progress >= 0.1 * 50_000
     assert slo_misses * 5 < min(run("edf")[0], run("medha")[0])
