@@ -30,6 +30,9 @@ from medha_jax.sim.policies import POLICIES  # noqa: E402
 from medha_jax.sim.profiles import load_profile  # noqa: E402
 from medha_jax.sim.report import markdown_table, plot_lines, plot_ttft_cdfs, plot_ttft_over_time, to_json  # noqa: E402
 from medha_jax.sim.workload import WorkloadSpec, generate  # noqa: E402
+from medha_jax.scheduler.config import SchedulerConfig  # noqa: E402
+
+DEFAULT = SchedulerConfig().policy  # the engine's default policy, by the same name in the simulator
 
 DEVICE = "llama3-8b-a100x16-tp8-spp2"
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "policy_study")
@@ -211,6 +214,29 @@ def _code_version() -> str:
     return head + (" with uncommitted changes to the simulated code" if dirty else "")
 
 
+def losses(res, qps_list, policies) -> str:
+    """Every (workload, baseline, class) where a baseline misses fewer TTFT deadlines than the
+    default policy, with both rates; or a line saying there is none."""
+    rows = []
+    for mix in MIXES:
+        for q in qps_list:
+            mine = res.get((mix, q, DEFAULT))
+            if mine is None:
+                continue
+            for p in policies:
+                if p == DEFAULT:
+                    continue
+                for cls in ("short", "long"):
+                    a, b = mine[cls].get("deadline_miss_rate"), res[(mix, q, p)][cls].get("deadline_miss_rate")
+                    if a is not None and b is not None and b < a - 1e-12:
+                        rows.append(f"| {mix:.0%} long, {q} QPS | {p} | {cls} | {100 * b:.1f}% | {100 * a:.1f}% |")
+    if not rows:
+        return (f"None: at every load and mix above, no policy misses fewer short or fewer long deadlines "
+                f"than {DEFAULT}.")
+    return "\n".join([f"| workload | baseline | class | baseline misses | {DEFAULT} misses |", "|---|---|---|---|---|"]
+                     + rows)
+
+
 def _report(out, res, walls, iters, caps, loads, qps_list, policies, duration, cap_duration, total, args):
     exp = _exp()
     lines = [
@@ -234,6 +260,7 @@ def _report(out, res, walls, iters, caps, loads, qps_list, policies, duration, c
     ]
     for mix in MIXES:
         lines.append(f"| {mix:.0%} | " + " | ".join(_fmt(loads[(mix, q)]["all"]) for q in qps_list) + " |")
+    lines += ["", f"## Where the default policy ({DEFAULT}) loses", "", losses(res, qps_list, policies)]
     for mix in MIXES:
         for q in qps_list:
             lines += ["", f"## {mix:.0%} long, {q} QPS", "",
