@@ -39,6 +39,7 @@ from collections.abc import Callable, Sequence
 
 from medha_jax.batch import ScheduledBatch
 from medha_jax.config import EngineConfig
+from medha_jax.engine_stats import EngineStats
 from medha_jax.output_stream import OutputStream
 from medha_jax.outputs import RequestOutput
 from medha_jax.request import Request, RequestStatus
@@ -147,6 +148,14 @@ class Engine:
         with self._lock:
             if request_id in self._live:
                 self._pending_aborts.append(request_id)
+
+    def stats(self) -> EngineStats:
+        """Queue and KV-cache numbers for front ends (health, metrics), as one snapshot."""
+        kv, sched = self.kv_manager, self.scheduler
+        return EngineStats(num_waiting=sched.num_waiting, num_running=sched.num_running,
+                           free_kv_pages=kv.num_free_pages, total_kv_pages=kv.num_total_pages,
+                           page_size=kv.page_size, max_tokens_per_request=kv.max_tokens_per_request,
+                           last_iteration_time=self.last_iteration_time)
 
     # ---- the loop ------------------------------------------------------------------------
     def has_unfinished(self) -> bool:
