@@ -27,7 +27,8 @@ class EngineCollector:
         self.async_engine = async_engine
 
     def collect(self):
-        st = self.async_engine.engine.stats()
+        eng = self.async_engine.engine
+        st = eng.stats()
         values = [
             ("medha_queue_depth", "Requests waiting for their first schedule.", st.num_waiting),
             ("medha_running_requests", "Requests the scheduler is running (prefill or decode).", st.num_running),

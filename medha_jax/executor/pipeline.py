@@ -58,6 +58,7 @@ class PipelineSlots:
         self.stages: list[Microbatch | None] = [None] * depth
         """The microbatch each stage ran in the last tick."""
 
+    @property
     def is_empty(self) -> bool:
         return all(m is None for m in self.stages[:-1])
 
