@@ -1,7 +1,7 @@
 """Scheduler overhead: wall time of one `schedule()` with ~1,000 waiting and ~256 running requests.
 
   steady state per iteration: schedule(now) [timed] -> on_batch_done [timed separately]
-      -> sampled requests get a token; decodes beyond `--running` finish (oldest first);
+      -> update_from_output: sampled requests get a token; decodes beyond `--running` finish (oldest first);
          the waiting queue is topped up to `--waiting` with fresh arrivals
   -> p50 / p99 / max per policy, printed and written to benchmarks/results/scheduler_overhead_<host>.json
 
@@ -101,10 +101,7 @@ def run(policy: str, iterations: int, n_waiting: int, n_running: int, seed: int,
         sched_times.append(t1 - t0)
         done_times.append(t2 - t1)
         sizes.append((len(batch.seqs), batch.num_tokens))
-        for seq in batch.seqs:
-            r = seq.request
-            if r.num_computed_tokens == r.num_tokens and not r.is_finished:
-                r.output_token_ids.append(0)
+        sched.update_from_output(batch, 0, now)
         # keep the steady state: n_running decodes (oldest finish first), n_waiting waiting
         decodes = [r for r in sched.running if not r.is_prefill]
         for r in decodes[: max(0, len(decodes) - n_running)]:

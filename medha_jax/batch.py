@@ -1,9 +1,11 @@
-"""The scheduler -> executor contract: one `ScheduledBatch` per engine iteration.
+"""The scheduler's record of one iteration: one `ScheduledBatch` per engine step.
 
 The scheduler decides *what* runs (which requests, how many tokens each, where their KV pages
-are); the executor turns that into padded device arrays and runs the jitted step. Nothing else
-crosses between them. Pure Python, no JAX: the simulator consumes the same batches and hands
-them to the runtime predictor instead of a device.
+are) and keeps this record until the step's tokens come back (`Scheduler.on_batch_done`, then
+`Scheduler.update_from_output`). It refers to live `Request` objects and the KV manager's page
+lists, so it never leaves the scheduler's side: the engine hands the executor a self-contained
+copy, `step_input.StepInput.from_batch(batch)`. Pure Python, no JAX: the simulator consumes the
+same batches and hands their composition to a device model instead of a device.
 
 Order inside a batch: prefill chunks first, then decodes (the fused attention kernel and the
 runtime predictor both rely on it only for speed, never for correctness).
@@ -28,7 +30,10 @@ class ScheduledSeq:
     page_tables: list[list[int]]
     """Pages holding this request's KV, one list per kvp group it touches (group g holds
     positions [g*M, (g+1)*M) for M = max_tokens_per_kvp_group; one list when kvp == 1).
-    Covers every position up to start_pos + num_tokens."""
+    Covers every position up to start_pos + num_tokens. Aliases the KV manager's lists."""
+    samples: bool
+    """Whether this iteration reaches the end of the request's tokens, so a token is sampled
+    (fixed when the batch is formed: start_pos + num_tokens == request.num_tokens)."""
 
     @property
     def request_id(self) -> str:
@@ -39,23 +44,19 @@ class ScheduledSeq:
         return self.num_tokens > 1 or not self.request.output_token_ids
 
     @property
+    def token_ids(self) -> list[int]:
+        """The scheduled tokens, read from the request now."""
+        return self.request.token_ids_slice(self.start_pos, self.start_pos + self.num_tokens)
+
+    @property
     def kv_len(self) -> int:
         """Context length after this iteration (cached + scheduled tokens)."""
         return self.start_pos + self.num_tokens
 
-    @property
-    def samples(self) -> bool:
-        """Whether this iteration reaches the end of the request's tokens, so a token is sampled."""
-        return self.start_pos + self.num_tokens == self.request.num_tokens
-
-    @property
-    def token_ids(self) -> list[int]:
-        return self.request.token_ids_slice(self.start_pos, self.start_pos + self.num_tokens)
-
 
 @dataclass(slots=True)
 class ScheduledBatch:
-    """Everything the executor needs for one iteration."""
+    """One iteration as the scheduler formed it (the executor gets a `StepInput` copy of it)."""
 
     seqs: list[ScheduledSeq] = field(default_factory=list)
     predicted_time: float | None = None

@@ -4,9 +4,30 @@ token -> `Tokenizer.detokenizer` (windowed decode that holds back incomplete cha
       -> text so far -> stop-string search over the newly grown tail -> cut at the first match.
 While stop strings are set, the last `max(len(stop)) - 1` characters are held back from
 streaming deltas so a client never sees text that a stop string later removes.
+
+Storage is O(1) amortized per token: streamed text is kept as a list of pieces that only grows
+(never joined until `text` is read) and only the unstreamed tail is searched and cut, so a
+4,000-token stream never re-copies its whole text. `so_far()` is an O(1) snapshot of the text.
 """
 
 from __future__ import annotations
+
+
+class TextSoFar:
+    """The text of a request at one moment: the streamed pieces [0, n) plus the held-back tail.
+
+    The pieces list is the `IncrementalText`'s own (it only ever grows), so taking one is O(1);
+    `str()` joins them once, on demand."""
+
+    __slots__ = ("_pieces", "_n", "_tail", "_joined")
+
+    def __init__(self, pieces: list[str], n: int, tail: str):
+        self._pieces, self._n, self._tail, self._joined = pieces, n, tail, None
+
+    def __str__(self) -> str:
+        if self._joined is None:
+            self._joined = "".join(self._pieces[: self._n]) + self._tail
+        return self._joined
 
 
 class IncrementalText:
@@ -14,9 +35,18 @@ class IncrementalText:
         self._detok = tokenizer.incremental(prompt_ids or ())
         self._stop = list(stop)
         self._hold = max((len(s) for s in self._stop), default=1) - 1
-        self.text = ""
-        self._emitted = 0
+        self._pieces: list[str] = []  # streamed text, in order; only appended to
+        self._emitted = 0  # characters in _pieces
+        self._tail = ""  # text not streamed yet (held back, or not asked for)
         self.stopped = False
+
+    @property
+    def text(self) -> str:
+        """All text so far (cut at a stop string)."""
+        return "".join(self._pieces) + self._tail
+
+    def so_far(self) -> TextSoFar:
+        return TextSoFar(self._pieces, len(self._pieces), self._tail)
 
     def append(self, token_id: int, special: bool = False) -> str | None:
         """Add a generated token; returns the stop string it completed, if any. Special tokens add no text."""
@@ -25,38 +55,40 @@ class IncrementalText:
         delta = self._detok.add(token_id)
         if not delta:
             return None  # an incomplete character: wait for the next token
-        old_len = len(self.text)
-        self.text += delta
+        old_len = self._emitted + len(self._tail)
+        self._tail += delta
         return self._check_stop(old_len)
 
     def _check_stop(self, old_len: int) -> str | None:
         if not self._stop:
             return None
-        start = max(0, old_len - self._hold)
+        start = max(0, old_len - self._hold) - self._emitted  # >= 0: streamed text never holds a stop's start
         best = None
         for s in self._stop:
-            i = self.text.find(s, start)
+            i = self._tail.find(s, start)
             if i >= 0 and (best is None or i < best[0]):
                 best = (i, s)
         if best is None:
             return None
-        self.text = self.text[: best[0]]
+        self._tail = self._tail[: best[0]]
         self.stopped = True
         return best[1]
 
+    def _emit(self, n: int) -> str:
+        delta, self._tail = self._tail[:n], self._tail[n:]
+        if delta:
+            self._pieces.append(delta)
+            self._emitted += len(delta)
+        return delta
+
     def take_delta(self) -> str:
         """New text that is safe to stream now."""
-        upto = len(self.text) if self.stopped else max(self._emitted, len(self.text) - self._hold)
-        delta = self.text[self._emitted : upto]
-        self._emitted = upto
-        return delta
+        return self._emit(len(self._tail) if self.stopped else max(0, len(self._tail) - self._hold))
 
     def flush(self) -> str:
         """Everything not yet streamed, incomplete trailing characters included (call at the finish)."""
         if not self.stopped:
-            old_len = len(self.text)
-            self.text += self._detok.flush()
+            old_len = self._emitted + len(self._tail)
+            self._tail += self._detok.flush()
             self._check_stop(old_len)
-        delta = self.text[self._emitted :]
-        self._emitted = len(self.text)
-        return delta
+        return self._emit(len(self._tail))

@@ -3,12 +3,15 @@
   add_request (any thread) --validate--> pending queue
   step():  drain pending adds/aborts into the Scheduler
            Scheduler.schedule(now)          -> ScheduledBatch (pure Python; may be empty)
-           Executor.tick(batch)             -> the batch enters pipeline stage 0; the batch fed
-                                               spp-1 ticks ago leaves the last stage with one
-                                               sampled token per finishing sequence
+           StepInput.from_batch(batch)      -> the self-contained copy the executor reads
+           Executor.tick(step input)        -> it enters pipeline stage 0; the one fed spp-1
+                                               ticks ago leaves the last stage with one sampled
+                                               token per sequence that samples
            Scheduler.on_batch_done(batch)   -> KV progress, iteration record (predicted vs measured)
-           for the batch that left: append tokens, detokenize, check stops (EOS, stop ids, stop
-           strings, max_tokens, context) -> RequestOutput snapshots (with the text delta)
+           Scheduler.update_from_output(the batch that left, tokens) -> tokens appended, stops
+                                               (EOS, stop ids, stop strings via each request's
+                                               OutputStream, max_tokens, context), finishes
+           -> RequestOutput snapshots with the per-token delta (OutputStream.output)
 
 Stream pipeline (spp > 1): the scheduler hears a batch is done as soon as it has passed stage 0,
 so chunk i+1 of a prefill can enter the pipeline on the next tick (it needs chunk i's KV, which
@@ -31,13 +34,17 @@ import logging
 import random
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 
+from medha_jax.batch import ScheduledBatch
 from medha_jax.config import EngineConfig
-from medha_jax.detokenizer import IncrementalText
-from medha_jax.outputs import RequestMetrics, RequestOutput
+from medha_jax.engine_stats import EngineStats
+from medha_jax.output_stream import OutputStream
+from medha_jax.outputs import RequestOutput
 from medha_jax.request import Request, RequestStatus
 from medha_jax.sampling_params import SamplingParams
+from medha_jax.step_input import StepInput
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +71,8 @@ class Engine:
         self._pending_adds: list[Request] = []
         self._pending_aborts: list[str] = []
         self._live: dict[str, Request] = {}  # every request added and not yet finished (incl. pending)
-        self._seeds: dict[str, int] = {}
-        self._text: dict[str, IncrementalText] = {}
+        self._streams: dict[str, OutputStream] = {}  # per live request: its text and outputs
+        self._in_pipeline: deque[tuple[ScheduledBatch, StepInput]] = deque()  # fed, tokens not out yet
         self.num_iterations = 0
         self.last_iteration_time: float | None = None
         gc.freeze()  # long-lived params/tables out of the collector's walks: no multi-ms pauses mid-iteration
@@ -129,9 +136,9 @@ class Engine:
                 request_id=rid, prompt_token_ids=ids, sampling_params=sp,
                 arrival_time=self.clock() if arrival_time is None else arrival_time,
                 ttft_deadline=ttft_deadline, tpot_target=tpot_target, priority_class=priority_class,
+                seed=sp.seed if sp.seed is not None else self._rng.getrandbits(32),
             )
-            self._seeds[rid] = sp.seed if sp.seed is not None else self._rng.getrandbits(32)
-            self._text[rid] = IncrementalText(self.tokenizer, stop=sp.stop, prompt_ids=ids)
+            self._streams[rid] = OutputStream(self.tokenizer, req)
             self._live[rid] = req
             self._pending_adds.append(req)
         return req
@@ -141,6 +148,14 @@ class Engine:
         with self._lock:
             if request_id in self._live:
                 self._pending_aborts.append(request_id)
+
+    def stats(self) -> EngineStats:
+        """Queue and KV-cache numbers for front ends (health, metrics), as one snapshot."""
+        kv, sched = self.kv_manager, self.scheduler
+        return EngineStats(num_waiting=sched.num_waiting, num_running=sched.num_running,
+                           free_kv_pages=kv.num_free_pages, total_kv_pages=kv.num_total_pages,
+                           page_size=kv.page_size, max_tokens_per_request=kv.max_tokens_per_request,
+                           last_iteration_time=self.last_iteration_time)
 
     # ---- the loop ------------------------------------------------------------------------
     def has_unfinished(self) -> bool:
@@ -153,29 +168,40 @@ class Engine:
         ex = self.executor
         if batch.is_empty and ex.idle:
             return outs
+        fed = None if batch.is_empty else StepInput.from_batch(batch)
         t0 = time.perf_counter()
         try:
-            done, result = ex.tick(None if batch.is_empty else batch, self._seeds)
+            done, result = ex.tick(fed)
         except Exception as e:  # noqa: BLE001 - one bad iteration must not take the server down
             return outs + self._fail_tick(batch, e)
         measured = time.perf_counter() - t0
         self.last_iteration_time = measured
         self.num_iterations += 1
         now = self.clock()
-        if batch.seqs:  # it has passed stage 0: its next chunk may follow it into the pipeline
+        if fed is not None:  # it has passed stage 0: its next chunk may follow it into the pipeline
             self.scheduler.on_batch_done(batch, now, measured_time=measured)
-            for seq in batch.seqs:
-                if seq.request.first_scheduled_time is None:
-                    seq.request.first_scheduled_time = now
+            self._in_pipeline.append((batch, fed))
         if done is None:
             return outs
-        for i, seq in enumerate(done.seqs):
-            req = seq.request
-            # Sample only where this batch reached the end of the request's tokens and the
-            # request was neither finished nor preempted while its batch was in the pipeline.
-            if not seq.samples or req.is_finished or req.num_computed_tokens != req.num_tokens:
-                continue
-            outs.append(self._append_token(req, int(result.token_ids[i]), float(result.logprobs[i]), now))
+        left, left_input = self._in_pipeline.popleft()
+        if left_input is not done:
+            raise RuntimeError("the executor returned a step other than the oldest one in its pipeline")
+        return outs + self._update(left, result, now)
+
+    def _update(self, batch: ScheduledBatch, result, now: float) -> list[RequestOutput]:
+        """The batch's tokens came out: the scheduler appends them and finishes who stops."""
+        got: list[Request] = []
+
+        def on_token(req: Request, tok: int, special: bool) -> str | None:
+            got.append(req)
+            return self._streams[req.request_id].on_token(tok, special)
+
+        self.scheduler.update_from_output(batch, result.token_ids, now, logprobs=result.logprobs, on_token=on_token)
+        outs = []
+        for req in got:
+            outs.append(self._streams[req.request_id].output([req.output_token_ids[-1]]))
+            if req.is_finished:
+                self._forget(req)
         return outs
 
     def close(self) -> None:
@@ -195,49 +221,28 @@ class Engine:
             req = self._live.get(rid)
             if req is None or req.is_finished:
                 continue
-            outs.append(self._finish(req, RequestStatus.FINISHED_ABORTED, self.clock(), new_ids=[], new_text=""))
+            outs.append(self._end(req, RequestStatus.FINISHED_ABORTED, self.clock()))
         return outs
 
-    def _append_token(self, req: Request, tok: int, logprob: float, now: float) -> RequestOutput:
-        sp = req.sampling_params
-        req.output_token_ids.append(tok)
-        if sp.logprobs:
-            req.output_logprobs.append(logprob)
-        req.token_times.append(now)
-        if req.first_token_time is None:
-            req.first_token_time = now
-        text = self._text[req.request_id]
-        is_eos = tok in self.eos_token_ids and not sp.ignore_eos
-        hit_stop_string = text.append(tok, special=is_eos or tok in sp.stop_token_ids)
-        status = None
-        if hit_stop_string is not None:
-            status, req.stop_reason = RequestStatus.FINISHED_STOPPED, hit_stop_string
-        elif tok in sp.stop_token_ids:
-            status, req.stop_reason = RequestStatus.FINISHED_STOPPED, tok
-        elif is_eos:
-            status = RequestStatus.FINISHED_STOPPED
-        elif req.num_output_tokens >= sp.max_tokens or req.num_tokens >= self.max_model_len:
-            status = RequestStatus.FINISHED_LENGTH
-        if status is not None:
-            return self._finish(req, status, now, new_ids=[tok], new_text=text.flush())
-        return self._snapshot(req, [tok], text.take_delta())
-
-    def _finish(self, req: Request, status: RequestStatus, now: float, *, new_ids, new_text) -> RequestOutput:
+    def _end(self, req: Request, status: RequestStatus, now: float) -> RequestOutput:
+        """Abort or error: the scheduler finishes the request; its final output adds nothing."""
         if not req.is_finished:
-            self.scheduler.finish(req, status)  # frees its pages wherever it is (waiting or running)
-            req.status = status
-            req.finish_time = now
-        self._live.pop(req.request_id, None)
-        self._seeds.pop(req.request_id, None)
-        out = self._snapshot(req, new_ids, new_text)
-        self._text.pop(req.request_id, None)
+            self.scheduler.finish(req, status, now)  # frees its pages wherever it is (waiting or running)
+        out = self._streams[req.request_id].output([], flush=False)
+        self._forget(req)
         return out
+
+    def _forget(self, req: Request) -> None:
+        with self._lock:
+            self._live.pop(req.request_id, None)
+        self._streams.pop(req.request_id, None)
 
     def _fail_tick(self, batch, err: Exception) -> list[RequestOutput]:
         """A tick raised: fail the requests of every microbatch it held (the new batch and those
         still in the pipeline), and start the pipeline (and, if it was consumed, the KV cache) afresh."""
         ex = self.executor
-        batches = [batch, *ex.in_flight()]
+        batches = [batch, *(b for b, _ in self._in_pipeline)]
+        self._in_pipeline.clear()
         log.error("iteration failed; failing the requests of %d batch(es)", len(batches), exc_info=err)
         ex.reset_pipeline()
         if ex.kv_cache_lost():
@@ -253,26 +258,5 @@ class Engine:
                     continue
                 seen.add(req.request_id)
                 req.error = f"iteration failed: {type(err).__name__}: {err}"
-                outs.append(self._finish(req, RequestStatus.FINISHED_ERROR, now, new_ids=[], new_text=""))
+                outs.append(self._end(req, RequestStatus.FINISHED_ERROR, now))
         return outs
-
-    def _snapshot(self, req: Request, new_ids: list[int], new_text: str) -> RequestOutput:
-        text = self._text.get(req.request_id)
-        return RequestOutput(
-            request_id=req.request_id,
-            prompt_token_ids=req.prompt_token_ids,
-            token_ids=list(req.output_token_ids),
-            text=text.text if text is not None else "",
-            logprobs=list(req.output_logprobs),
-            finished=req.is_finished,
-            finish_reason=req.status.value if req.is_finished else None,
-            stop_reason=req.stop_reason,
-            new_token_ids=new_ids,
-            new_text=new_text,
-            metrics=RequestMetrics(
-                arrival_time=req.arrival_time, first_scheduled_time=req.first_scheduled_time,
-                first_token_time=req.first_token_time, finish_time=req.finish_time,
-                token_times=list(req.token_times), num_preemptions=req.num_preemptions,
-            ),
-            error=req.error,
-        )

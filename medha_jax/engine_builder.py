@@ -154,13 +154,13 @@ def build_engine_parts(config: EngineConfig, scheduler_config: SchedulerConfig |
     kv_manager = dev.kv_manager
     predictor = get_predictor(config, scfg, dev.executor, profile_key_for(config, dev.mesh),
                               dev.model_config.vocab_size, dev.max_model_len)
-    scheduler = make_scheduler(scfg, kv_manager, predictor, max_model_len=dev.max_model_len)
-    cache = getattr(scheduler.policy, "cache", None)
-    if cache is not None:  # Algorithm 3's prefill-time table, so no request pays for building it
-        cache.build(dev.max_model_len)
-
     eos = dev.model_config.eos_token_id
     eos_ids = set([] if eos is None else (eos if isinstance(eos, list) else [eos]))
     eos_ids |= set(getattr(dev.tokenizer, "eos_token_ids", ()) or ())
+    scheduler = make_scheduler(scfg, kv_manager, predictor, max_model_len=dev.max_model_len,
+                               eos_token_ids=frozenset(eos_ids))
+    cache = getattr(scheduler.policy, "cache", None)
+    if cache is not None:  # Algorithm 3's prefill-time table, so no request pays for building it
+        cache.build(dev.max_model_len)
     return EngineParts(dev.model_config, dev.tokenizer, dev.mesh, kv_manager, scheduler, scfg, dev.executor,
                        predictor, dev.max_model_len, frozenset(eos_ids))

@@ -5,7 +5,7 @@
 
 Keyword arguments are the fields of `EngineConfig` and `SchedulerConfig` (the same names as the
 serve CLI's flags, with one different default: `batch_mode=True`, since an offline batch has no
-TPOT target unless a request sets one). `generate` validates every prompt before queuing any, runs the engine loop
+TPOT target unless a request sets one). `generate` validates (and tokenizes, once) every prompt before queuing any, runs the engine loop
 until all are done and returns one `RequestOutput` per prompt, in order.
 """
 
@@ -67,12 +67,13 @@ class LLM:
             params = list(sampling_params)
             if len(params) != len(prompts):
                 raise ValueError(f"got {len(params)} sampling_params for {len(prompts)} prompts")
-        for i, p in enumerate(prompts):  # validate all before queuing any
+        token_ids = []
+        for i, p in enumerate(prompts):  # validate (and tokenize, once) all before queuing any
             try:
-                self.engine.validate_prompt(p)
+                token_ids.append(self.engine.validate_prompt(p))
             except ValueError as e:
                 raise ValueError(f"prompt {i}: {e}") from None
-        ids = [self.engine.add_request(p, sp).request_id for p, sp in zip(prompts, params)]
+        ids = [self.engine.add_request(t, sp).request_id for t, sp in zip(token_ids, params)]
         final: dict[str, RequestOutput] = {}
         wanted = set(ids)
         while wanted - final.keys():

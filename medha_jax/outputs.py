@@ -1,12 +1,54 @@
 """What the engine hands back for a request: the tokens so far, the text, why it ended, timings.
 
-`RequestOutput` is a snapshot taken after an iteration; `new_token_ids`/`new_text` hold what that
-iteration added, for streaming front ends. Pure Python.
+`RequestOutput` is a snapshot taken after an iteration; `new_token_ids`/`new_text`/`new_logprobs`
+hold what that iteration added (the per-token delta streaming front ends send). Streaming stays
+O(n) for an n-token output: a non-final snapshot's cumulative fields (`token_ids`, `logprobs`,
+`metrics.token_times`, `text`) are O(1) views of the request's append-only lists (`Prefix`) and
+of its streamed text pieces (`TextSoFar`), materialized only when read; the final snapshot
+holds plain lists, copied once. Pure Python.
 """
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+from medha_jax.detokenizer import TextSoFar
+
+
+class Prefix(Sequence):
+    """Read-only view of the first `n` items of a list that is only ever appended to."""
+
+    __slots__ = ("_items", "_n")
+
+    def __init__(self, items: list, n: int):
+        self._items, self._n = items, n
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self._items[k] for k in range(*i.indices(self._n))]
+        if i < 0:
+            i += self._n
+        if not 0 <= i < self._n:
+            raise IndexError(f"index {i} out of range for {self._n} items")
+        return self._items[i]
+
+    def __iter__(self):
+        return itertools.islice(self._items, self._n)
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, str):
+            return NotImplemented
+        return len(other) == self._n and all(a == b for a, b in zip(self, other))
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return repr(list(self))
 
 
 @dataclass(slots=True)
@@ -15,7 +57,7 @@ class RequestMetrics:
     first_scheduled_time: float | None
     first_token_time: float | None
     finish_time: float | None
-    token_times: list[float] = field(default_factory=list)
+    token_times: Sequence[float] = field(default_factory=list)
     num_preemptions: int = 0
 
     @property
@@ -26,7 +68,8 @@ class RequestMetrics:
     @property
     def inter_token_times(self) -> list[float]:
         """Seconds between consecutive generated tokens (TBT)."""
-        return [b - a for a, b in zip(self.token_times, self.token_times[1:])]
+        times = list(self.token_times)
+        return [b - a for a, b in zip(times, times[1:])]
 
     @property
     def tpot(self) -> float | None:
@@ -39,9 +82,10 @@ class RequestMetrics:
 class RequestOutput:
     request_id: str
     prompt_token_ids: list[int]
-    token_ids: list[int]
-    text: str
-    logprobs: list[float]
+    token_ids: Sequence[int]
+    """Every generated token so far (a `Prefix` view until the final snapshot, then a list)."""
+    text_so_far: str | TextSoFar
+    logprobs: Sequence[float]
     finished: bool
     finish_reason: str | None
     """"stop" (EOS, stop token or stop string), "length" (max_tokens or context), "abort", "error"."""
@@ -50,3 +94,11 @@ class RequestOutput:
     new_text: str
     metrics: RequestMetrics
     error: str | None = None
+    new_logprobs: list[float] = field(default_factory=list)
+    """Log-probabilities of `new_token_ids` (empty when the request did not ask for them)."""
+
+    @property
+    def text(self) -> str:
+        """All text so far (joined on first read for a non-final snapshot)."""
+        t = self.text_so_far
+        return t if isinstance(t, str) else str(t)

@@ -1,7 +1,7 @@
 """Measure iteration times on the real executor and fit the runtime predictor to them.
 
   composition grid (prefill chunks x KV lengths, decode batches x KV lengths, hybrids)
-    -> synthetic ScheduledBatch over scratch pages of the (idle) KV cache
+    -> synthetic StepInput over scratch pages of the (idle) KV cache
     -> Executor.execute (the same compiled step that serves), median of `repeats` timings
        (with a stream pipeline: steady-state ticks, every stage holding the composition)
     -> samples [(Composition, seconds)] -> RuntimePredictor.fit on a random 80%,
@@ -17,12 +17,9 @@ import statistics
 import time
 from collections.abc import Iterable
 
-from medha_jax.batch import ScheduledBatch, ScheduledSeq
-from medha_jax.request import Request
-from medha_jax.sampling_params import SamplingParams
 from medha_jax.scheduler import Composition, RuntimePredictor
+from medha_jax.step_input import SeqInput, StepInput
 
-_GREEDY = SamplingParams(max_tokens=1, temperature=0.0)
 
 
 def composition_grid(max_tokens: int, max_seqs: int, max_kv: int, *, quick: bool = False,
@@ -53,17 +50,18 @@ def composition_grid(max_tokens: int, max_seqs: int, max_kv: int, *, quick: bool
     return comps
 
 
-def synthetic_batch(comp: Composition, page_size: int, num_pages: int, vocab_size: int) -> ScheduledBatch:
-    """A batch with the given composition whose sequences share scratch pages (values don't matter)."""
-    batch = ScheduledBatch()
+def synthetic_batch(comp: Composition, page_size: int, num_pages: int, vocab_size: int) -> StepInput:
+    """A step with the given composition whose sequences share scratch pages (values don't matter)."""
+    seqs = []
     for i, (q, kv) in enumerate(comp.seqs):
         n_pages = -(-(q + kv) // page_size)
         if n_pages > num_pages:
             raise ValueError(f"composition needs {n_pages} pages per sequence, the cache has {num_pages}")
-        prompt = [(7 * i + j) % vocab_size for j in range(q + kv)]
-        req = Request(f"profile-{i}", prompt, _GREEDY, arrival_time=0.0, num_computed_tokens=kv)
-        batch.seqs.append(ScheduledSeq(req, kv, q, [list(range(n_pages))]))
-    return batch
+        tokens = tuple((7 * i + j) % vocab_size for j in range(kv, q + kv))
+        seqs.append(SeqInput(request_id=f"profile-{i}", start_pos=kv, num_tokens=q, token_ids=tokens,
+                             page_tables=(tuple(range(n_pages)),), samples=True, temperature=0.0, top_k=0,
+                             top_p=1.0, seed=0, step=0))
+    return StepInput(tuple(seqs))
 
 
 def measure(executor, comps: Iterable[Composition], *, vocab_size: int, repeats: int = 3,
@@ -77,33 +75,32 @@ def measure(executor, comps: Iterable[Composition], *, vocab_size: int, repeats:
     samples = []
     for comp in it:
         batch = synthetic_batch(comp, executor.page_size, executor.num_pages, vocab_size)
-        seeds = {s.request_id: 0 for s in batch.seqs}
         if getattr(executor, "depth", 1) > 1:
-            samples.append((comp, statistics.median(_tick_times(executor, batch, seeds, repeats))))
+            samples.append((comp, statistics.median(_tick_times(executor, batch, repeats))))
             continue
-        executor.execute(batch, seeds)  # first run pays any compile, not timed
+        executor.execute(batch)  # first run pays any compile, not timed
         times = []
         for _ in range(repeats):
             t0 = time.perf_counter()
-            executor.execute(batch, seeds)  # returns host arrays, so the device work is done
+            executor.execute(batch)  # returns host arrays, so the device work is done
             times.append(time.perf_counter() - t0)
         samples.append((comp, statistics.median(times)))
     return samples
 
 
-def _tick_times(executor, batch, seeds, repeats: int) -> list[float]:
+def _tick_times(executor, batch, repeats: int) -> list[float]:
     """Stream pipeline (spp > 1): an iteration is one tick, and the scheduler's budget is per
     tick, so time ticks in the steady state where every stage holds this composition (the batch
     fed on every tick), then drain the pipeline."""
     for _ in range(executor.depth):  # fill (the first tick pays any compile)
-        executor.tick(batch, seeds)
+        executor.tick(batch)
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        executor.tick(batch, seeds)  # returns the exiting batch's host arrays: the tick is done
+        executor.tick(batch)  # returns the exiting batch's host arrays: the tick is done
         times.append(time.perf_counter() - t0)
     while not executor.idle:
-        executor.tick(None, seeds)
+        executor.tick(None)
     return times
 
 

@@ -6,7 +6,12 @@ it already generated. Progress is one counter, as in vLLM v1: the request holds
 `num_tokens = len(prompt) + len(output)` tokens and the KV of the first `num_computed_tokens`
 is cached. An iteration schedules `n` of the remaining `num_tokens - num_computed_tokens`
 tokens; when that reaches `num_tokens` the last position is sampled and a token appended. A
-decode is just the case `remaining == 1`. Pure Python, no JAX.
+decode is just the case `remaining == 1`.
+
+One writer per field: the engine builds a request (identity, prompt, params, SLO hints, seed)
+and sets `error`; everything that changes afterwards (status, progress, output tokens, times,
+stop_reason, preemptions) is written by the `Scheduler` (`update_from_output`, `finish`, its
+scheduling pass). Pure Python, no JAX.
 """
 
 from __future__ import annotations
@@ -47,6 +52,8 @@ class Request:
     tpot_target: float | None = None
     """Per-request time-per-output-token target in seconds; while the request is live the
     time-budget packer keeps iterations under min(t_target, every live tpot_target)."""
+    seed: int = 0
+    """Sampling seed: SamplingParams.seed, or one the engine drew when it was None."""
 
     output_token_ids: list[int] = field(default_factory=list)
     output_logprobs: list[float] = field(default_factory=list)

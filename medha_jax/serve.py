@@ -83,7 +83,7 @@ async def serve(engine, engine_config: EngineConfig, server_config: ServerConfig
         await ae.shutdown()
         raise
     print(f"medha-jax: serving model {app.model_name!r} (max_model_len {engine.max_model_len}, "
-          f"{engine.kv_manager.num_total_pages} KV pages)", flush=True)
+          f"{engine.stats().total_kv_pages} KV pages)", flush=True)
     if ep.grpc:
         print(f"medha-jax: gRPC listening on {ep.grpc} (medha.v1.Medha{', TLS' if server_config.tls else ''})", flush=True)
     if ep.http:

@@ -128,26 +128,27 @@ class MedhaServicer(medha_pb2_grpc.MedhaServicer):
                 await context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
 
     async def Health(self, request, context):
-        eng = self.ae.engine
+        st = self.ae.engine.stats()
         status = {
             "serving": medha_pb2.HealthResponse.SERVING,
             "draining": medha_pb2.HealthResponse.DRAINING,
         }.get(self.ae.state.value, medha_pb2.HealthResponse.NOT_SERVING)
         return medha_pb2.HealthResponse(
             status=status,
-            num_waiting=getattr(eng.scheduler, "num_waiting", 0),
-            num_running=getattr(eng.scheduler, "num_running", 0),
-            free_kv_pages=eng.kv_manager.num_free_pages,
-            total_kv_pages=eng.kv_manager.num_total_pages,
+            num_waiting=st.num_waiting,
+            num_running=st.num_running,
+            free_kv_pages=st.free_kv_pages,
+            total_kv_pages=st.total_kv_pages,
         )
 
     async def ModelInfo(self, request, context):
         eng = self.ae.engine
+        st = eng.stats()
         mc = eng.model_config
         return medha_pb2.ModelInfoResponse(
             model=self.model_name, vocab_size=mc.vocab_size, max_model_len=eng.max_model_len,
-            max_prompt_tokens=self.max_prompt_tokens, page_size=eng.kv_manager.page_size,
-            total_kv_pages=eng.kv_manager.num_total_pages, mesh=self.mesh, dtype=self.dtype,
+            max_prompt_tokens=self.max_prompt_tokens, page_size=st.page_size,
+            total_kv_pages=st.total_kv_pages, mesh=self.mesh, dtype=self.dtype,
             eos_token_ids=sorted(eng.eos_token_ids), num_layers=mc.num_layers, hidden_size=mc.hidden_size,
             num_heads=mc.num_heads, num_kv_heads=mc.num_kv_heads, max_queue=self.ae.max_queue,
         )

@@ -28,15 +28,15 @@ class EngineCollector:
 
     def collect(self):
         eng = self.async_engine.engine
-        sched = eng.scheduler
+        st = eng.stats()
         values = [
-            ("medha_queue_depth", "Requests waiting for their first schedule.", getattr(sched, "num_waiting", 0)),
-            ("medha_running_requests", "Requests the scheduler is running (prefill or decode).", getattr(sched, "num_running", 0)),
+            ("medha_queue_depth", "Requests waiting for their first schedule.", st.num_waiting),
+            ("medha_running_requests", "Requests the scheduler is running (prefill or decode).", st.num_running),
             ("medha_inflight_requests", "Requests admitted by the server and not yet finished.", self.async_engine.num_inflight),
             ("medha_max_queue", "Most unfinished requests the server admits.", self.async_engine.max_queue),
-            ("medha_kv_free_pages", "Free KV-cache pages (all kvp groups).", eng.kv_manager.num_free_pages),
-            ("medha_kv_total_pages", "Total KV-cache pages (all kvp groups).", eng.kv_manager.num_total_pages),
-            ("medha_last_iteration_seconds", "Wall time of the latest engine iteration.", eng.last_iteration_time or 0.0),
+            ("medha_kv_free_pages", "Free KV-cache pages (all kvp groups).", st.free_kv_pages),
+            ("medha_kv_total_pages", "Total KV-cache pages (all kvp groups).", st.total_kv_pages),
+            ("medha_last_iteration_seconds", "Wall time of the latest engine iteration.", st.last_iteration_time or 0.0),
             ("medha_engine_serving", "1 while the engine accepts requests.", 1 if self.async_engine.accepting else 0),
         ]
         for name, doc, value in values:

@@ -121,7 +121,7 @@ class OpenAIServer:
 
     def _default_max_tokens(self, prompt_len: int) -> int:
         eng = self.ae.engine
-        room = min(eng.max_model_len, eng.kv_manager.max_tokens_per_request) - prompt_len
+        room = min(eng.max_model_len, eng.stats().max_tokens_per_request) - prompt_len
         return max(1, room)
 
     async def _admit(self, parsed: P.OpenAIRequest, prompts_ids: list[list[int]]):
@@ -247,10 +247,10 @@ class OpenAIServer:
                 "max_model_len": self.ae.engine.max_model_len}
 
     async def health(self, request: web.Request) -> web.Response:
-        eng = self.ae.engine
-        body = {"status": self.ae.state.value, "num_waiting": getattr(eng.scheduler, "num_waiting", 0),
-                "num_running": getattr(eng.scheduler, "num_running", 0), "inflight": self.ae.num_inflight,
-                "free_kv_pages": eng.kv_manager.num_free_pages, "total_kv_pages": eng.kv_manager.num_total_pages}
+        st = self.ae.engine.stats()
+        body = {"status": self.ae.state.value, "num_waiting": st.num_waiting, "num_running": st.num_running,
+                "inflight": self.ae.num_inflight, "free_kv_pages": st.free_kv_pages,
+                "total_kv_pages": st.total_kv_pages}
         return web.json_response(body, status=200 if self.ae.accepting else 503)
 
     async def metrics_text(self, request: web.Request) -> web.Response:

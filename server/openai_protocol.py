@@ -14,7 +14,7 @@ logit_bias, tools, non-text response_format, completions `logprobs` > 0 and chat
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from medha_jax.outputs import RequestOutput
 from server.chat_template import validate_messages
@@ -39,7 +39,6 @@ class OpenAIRequest:
     ttft_deadline: float | None = None
     tpot_target: float | None = None
     priority: int = 0
-    extras: dict = field(default_factory=dict)
 
 
 def _is_int(v) -> bool:

@@ -16,7 +16,7 @@ import asyncio
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from medha_jax.sampling_params import SamplingParams
 
@@ -48,7 +48,6 @@ class GenerationSpec:
     ttft_deadline: float | None = None
     priority_class: int = 0
     tpot_target: float | None = None
-    extras: dict = field(default_factory=dict)
 
 
 def _name(field_names: Mapping[str, str], internal: str) -> str:

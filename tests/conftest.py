@@ -1,7 +1,9 @@
-"""Test-wide setup: 8 host CPU devices and a persistent compilation cache.
+"""Test-wide setup: 8 host CPU devices and a persistent compilation cache, by environment only.
 
-Set before JAX initialises, so every test process sees the same 8-device CPU platform. The
-cache makes a program compiled once (same model, same shape bucket) free in later tests.
+JAX reads these variables when (and if) a test first imports it, so every test process sees the
+same 8-device CPU platform and a program compiled once (same model, same shape bucket) is free
+in later tests. Nothing here imports JAX: the scheduler, simulator and request tests run in a
+Python without it (scripts/test_nojax.sh).
 """
 
 import os
@@ -11,8 +13,4 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(Path(__file__).resolve().parent.parent / ".jax_cache"))
-
-import jax  # noqa: E402
-
-jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")

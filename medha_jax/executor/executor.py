@@ -1,4 +1,4 @@
-"""Executor: ScheduledBatch -> padded device arrays -> one compiled pipeline tick -> sampled tokens.
+"""Executor: StepInput -> padded device arrays -> one compiled pipeline tick -> sampled tokens.
 
 Owns the device state (params, the donated paged KV cache, the pipeline activations) and one
 ahead-of-time compiled executable per shape bucket. `warmup()` compiles every bucket (with a
@@ -6,12 +6,12 @@ progress bar); after it a batch that needs a new bucket is compiled on the spot 
 `compiles_after_warmup`, and every XLA compile in the process is counted by `compile_events` (a
 jax.monitoring listener), so tests can assert a running engine compiles nothing.
 
-    tick(batch | None) -> (batch leaving the last stage | None, its StepResult | None)
-        pack the new batch at its own bucket -> PipelineSlots.plan (rows stacked per stage)
+    tick(step | None) -> (step leaving the last stage | None, its StepResult | None)
+        pack the new step (a self-contained `StepInput` snapshot) at its own bucket -> PipelineSlots.plan (rows stacked per stage)
         -> [multi-host leader: broadcast the tick's arrays] -> compiled step
            (model.pipeline.make_step: every stage runs its microbatch, activations move one
            stage on, the last stage's microbatch is sampled)
-    execute(batch) -> StepResult: one batch through the whole pipeline (idle pipeline only);
+    execute(step) -> StepResult: one step through the whole pipeline (idle pipeline only);
         with spp == 1 a tick is exactly one execute, and tick() calls execute().
 
 Depth (spp) 1 is the plain loop. Any multi-device program here runs on every process of a
@@ -29,15 +29,15 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from medha_jax.batch import ScheduledBatch
 from medha_jax.executor.buckets import Bucket, BucketLadders
-from medha_jax.executor.packing import MODEL_FIELDS, SAMPLING_FIELDS, PackedBatch, max_pages_needed, pack_batch
+from medha_jax.executor.packing import MODEL_FIELDS, SAMPLING_FIELDS, PackedBatch, pack_batch
 from medha_jax.executor.pipeline import Microbatch, PipelineSlots, TickPlan, bucket_of
 from medha_jax.executor.sampler import SamplingArrays, sample
 from medha_jax.model import sharding
 from medha_jax.model.inputs import ModelInputs
 from medha_jax.model.pipeline import init_acts, make_step
 from medha_jax.model.sharded import init_kv_cache
+from medha_jax.step_input import StepInput
 
 _compile_lock = threading.Lock()
 _compile_events = 0
@@ -162,34 +162,30 @@ class Executor:
         """No microbatch is in the pipeline (always true with spp == 1 between ticks)."""
         return self.pipe.is_empty
 
-    def in_flight(self) -> list[ScheduledBatch]:
-        """Batches fed to the pipeline whose tokens have not come out yet."""
-        return self.pipe.in_flight()
+    def pack(self, step: StepInput) -> PackedBatch:
+        bucket = self.ladders.pick(step.num_tokens, len(step.seqs), step.max_pages)
+        return pack_batch(step, bucket, self.page_size, kvp=self.kvp, group_tokens=self.group_tokens)
 
-    def pack(self, batch: ScheduledBatch, seeds: dict[str, int]) -> PackedBatch:
-        bucket = self.ladders.pick(batch.num_tokens, len(batch.seqs), max_pages_needed(batch))
-        return pack_batch(batch, bucket, self.page_size, seeds, kvp=self.kvp, group_tokens=self.group_tokens)
+    def tick(self, step: StepInput | None):
+        """Feed `step` (None: nothing new) to stage 0 and advance the pipeline one tick.
 
-    def tick(self, batch: ScheduledBatch | None, seeds: dict[str, int]):
-        """Feed `batch` (None: nothing new) to stage 0 and advance the pipeline one tick.
-
-        Returns (the batch that left the last stage, its StepResult), or (None, None) when none
+        Returns (the step that left the last stage, its StepResult), or (None, None) when none
         did. Raises what the step raises; the caller then calls `reset_pipeline`."""
         if self.depth == 1:
-            return (batch, self.execute(batch, seeds)) if batch is not None else (None, None)
-        return self._advance(batch, seeds)
+            return (step, self.execute(step)) if step is not None else (None, None)
+        return self._advance(step)
 
-    def execute(self, batch: ScheduledBatch, seeds: dict[str, int]) -> StepResult:
-        """Run one batch through every stage and return its sampled tokens (pipeline idle)."""
+    def execute(self, step: StepInput) -> StepResult:
+        """Run one step through every stage and return its sampled tokens (pipeline idle)."""
         if not self.pipe.is_empty:
             raise RuntimeError("execute() needs an idle pipeline; use tick() while batches are in flight")
-        done, result = self._advance(batch, seeds)
+        done, result = self._advance(step)
         while done is None:
-            done, result = self._advance(None, seeds)
+            done, result = self._advance(None)
         return result
 
-    def _advance(self, batch: ScheduledBatch | None, seeds: dict[str, int]):
-        new = Microbatch(batch, self.pack(batch, seeds)) if batch is not None and batch.seqs else None
+    def _advance(self, step: StepInput | None):
+        new = Microbatch(step, self.pack(step)) if step is not None and step.seqs else None
         plan = self.pipe.plan(new)
         if plan is None:
             return None, None

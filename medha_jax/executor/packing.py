@@ -1,4 +1,4 @@
-"""ScheduledBatch -> padded host arrays for one jitted step (numpy only, no device work).
+"""StepInput -> padded host arrays for one jitted step (numpy only, no device work).
 
 For each scheduled sequence s with `n` tokens starting at position `p`, `model.inputs.pack_arrays`
 lays out token ids, positions and, per kvp group g, the local KV slots of the tokens g holds,
@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from medha_jax.batch import ScheduledBatch
 from medha_jax.executor.buckets import Bucket
 from medha_jax.model.inputs import pack_arrays
+from medha_jax.step_input import StepInput
 
 MODEL_FIELDS = ("token_ids", "positions", "slot_mapping", "cu_q_lens", "q_offsets", "kv_lens", "page_table",
                 "logits_indices")
@@ -47,14 +47,9 @@ class PackedBatch:
     step: np.ndarray  # i32[S]
 
 
-def max_pages_needed(batch: ScheduledBatch) -> int:
-    """Widest page table of any sequence on any kvp group."""
-    return max((len(t) for s in batch.seqs for t in s.page_tables), default=1)
-
-
-def pack_batch(batch: ScheduledBatch, bucket: Bucket, page_size: int, seeds: dict[str, int], *, kvp: int = 1,
+def pack_batch(step: StepInput, bucket: Bucket, page_size: int, *, kvp: int = 1,
                group_tokens: int | None = None) -> PackedBatch:
-    seqs = [(seq.token_ids, seq.start_pos, seq.page_tables) for seq in batch.seqs]
+    seqs = [(seq.token_ids, seq.start_pos, seq.page_tables) for seq in step.seqs]
     arrays = pack_arrays(seqs, page_size, tokens=bucket.tokens, num_seqs=bucket.seqs, pages=bucket.pages,
                          kvp=kvp, group_tokens=group_tokens)
     S = bucket.seqs
@@ -62,15 +57,14 @@ def pack_batch(batch: ScheduledBatch, bucket: Bucket, page_size: int, seeds: dic
     top_k = np.zeros(S, np.int32)
     top_p = np.ones(S, np.float32)
     seed = np.zeros(S, np.uint32)
-    step = np.zeros(S, np.int32)
-    for i, seq in enumerate(batch.seqs):
-        sp = seq.request.sampling_params
-        temperature[i] = sp.temperature
-        top_k[i] = sp.top_k
-        top_p[i] = sp.top_p
-        seed[i] = seeds[seq.request_id] & 0xFFFFFFFF
-        step[i] = seq.request.num_output_tokens
-    return PackedBatch(bucket, **arrays, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, step=step)
+    step_no = np.zeros(S, np.int32)
+    for i, seq in enumerate(step.seqs):
+        temperature[i] = seq.temperature
+        top_k[i] = seq.top_k
+        top_p[i] = seq.top_p
+        seed[i] = seq.seed & 0xFFFFFFFF
+        step_no[i] = seq.step
+    return PackedBatch(bucket, **arrays, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, step=step_no)
 
 
 def empty(bucket: Bucket, kvp: int) -> PackedBatch:

@@ -1,6 +1,6 @@
 """Host side of the stream pipeline: which microbatch is at which stage, and one tick's arrays.
 
-  Executor.tick(batch) -> PipelineSlots.plan(new microbatch | None)
+  Executor.tick(step input) -> PipelineSlots.plan(new microbatch | None)
       stages = [new] + stages of the last tick minus the one that left the last stage
       bucket = elementwise max of the live microbatches' buckets (every row padded to it)
       inputs = every ModelInputs field stacked over stages: row s -> stage s      [spp, ...]
@@ -27,14 +27,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from medha_jax.batch import ScheduledBatch
 from medha_jax.executor.buckets import Bucket
 from medha_jax.executor.packing import MODEL_FIELDS, SAMPLING_FIELDS, PackedBatch, empty, pad_to
+from medha_jax.step_input import StepInput
 
 
 @dataclass(slots=True)
 class Microbatch:
-    batch: ScheduledBatch
+    batch: StepInput
     packed: PackedBatch
 
 
@@ -57,10 +57,6 @@ class PipelineSlots:
         self.depth, self.kvp = depth, kvp
         self.stages: list[Microbatch | None] = [None] * depth
         """The microbatch each stage ran in the last tick."""
-
-    def in_flight(self) -> list[ScheduledBatch]:
-        """Batches fed but not yet out of the last stage (oldest first)."""
-        return [m.batch for m in reversed(self.stages[:-1]) if m is not None]
 
     @property
     def is_empty(self) -> bool:

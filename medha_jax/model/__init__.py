@@ -3,18 +3,31 @@
 Public entry points: `LlamaConfig`, `ModelInputs`, `forward` (per device), `make_forward` (one
 batch through every stage), `make_step` + `init_acts` (the serving pipeline tick),
 `init_kv_cache`, `param_shardings`, `init_params` (seeded random weights).
+
+Imported lazily (PEP 562): `import medha_jax.model.config` and the other pure-Python modules
+work without JAX installed; only the names below that need JAX import it, when first used.
 """
 
-from medha_jax.model.config import LlamaConfig
-from medha_jax.model.init import init_params
-from medha_jax.model.inputs import ModelInputs, make_inputs, pack_arrays, single_sequence_inputs
-from medha_jax.model.llama import forward
-from medha_jax.model.pipeline import init_acts, make_step
-from medha_jax.model.sharded import init_kv_cache, kv_cache_bytes_per_page, make_forward, param_shardings
-from medha_jax.model.sharding import Layout, layout
+from __future__ import annotations
 
-__all__ = [
-    "LlamaConfig", "ModelInputs", "make_inputs", "pack_arrays", "single_sequence_inputs", "forward",
-    "make_forward", "make_step", "init_acts",
-    "init_kv_cache", "kv_cache_bytes_per_page", "param_shardings", "init_params", "Layout", "layout",
-]
+import importlib
+
+_EXPORTS = {
+    "LlamaConfig": "config",
+    "init_params": "init",
+    "ModelInputs": "inputs", "make_inputs": "inputs", "pack_arrays": "inputs",
+    "forward": "llama",
+    "init_acts": "pipeline", "make_step": "pipeline",
+    "init_kv_cache": "sharded", "kv_cache_bytes_per_page": "sharded", "make_forward": "sharded",
+    "param_shardings": "sharded",
+    "Layout": "sharding", "layout": "sharding",
+}
+
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'medha_jax.model' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"medha_jax.model.{module}"), name)

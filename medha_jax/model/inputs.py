@@ -148,8 +148,3 @@ def make_inputs(seqs: Sequence[tuple[Sequence[int], int, Sequence]], page_size: 
         pages=width if pad_pages is None else pad_pages, kvp=kvp, group_tokens=group_tokens)
     return ModelInputs(**{k: jnp.asarray(v) for k, v in arrays.items()})
 
-
-def single_sequence_inputs(token_ids: Sequence[int], start_pos: int, pages: Sequence[int], page_size: int,
-                           pad_tokens: int | None = None, pad_pages: int | None = None) -> ModelInputs:
-    """`make_inputs` for one sequence."""
-    return make_inputs([(token_ids, start_pos, pages)], page_size, pad_tokens, None, pad_pages)

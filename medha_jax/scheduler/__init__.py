@@ -8,7 +8,7 @@
 
 Modules: config (SchedulerConfig), base (Scheduler: queues, pages, preemption, records),
 policies (priority order), token_budget / time_budget (what goes into a batch), chunking (the
-chunk-size binary search), predictor (RuntimePredictor, profiles), kvp_cost (the slowest kvp
+chunk-size binary search), stops (when a request ends), predictor (RuntimePredictor, profiles), kvp_cost (the slowest kvp
 group's predicted time), prefill_cache (Algorithm 3),
 records (Composition, IterationRecord), replay (a discrete-event driver on a simulated clock).
 Pure Python, no JAX: the engine and the simulator run the same code.
@@ -31,20 +31,21 @@ _DEADLINE_POLICIES = {"edf": EDFPolicy, "lrs": LRSPolicy, "lars": LARSPolicy, "s
 
 def make_scheduler(config: SchedulerConfig, kv_manager: KVCacheManager, predictor: RuntimePredictor | None = None,
                    *, prefill_cache: PrefillTimeCache | None = None, max_model_len: int | None = None,
-                   model_config=None, mesh_spec=None) -> Scheduler:
+                   eos_token_ids: frozenset[int] = frozenset()) -> Scheduler:
     """A `Scheduler` for `config.policy`; ValueError listing the valid names otherwise.
 
     edf / lrs / lars need `predictor` (fcfs uses it, when given, only to fill
     `batch.predicted_time`). `prefill_cache` defaults to a fresh one built from the predictor
-    (persisted under config.prefill_cache_dir when set). `model_config` and `mesh_spec` are
-    accepted for the engine's convenience; the scheduler itself does not read them."""
+    (persisted under config.prefill_cache_dir when set). `max_model_len` and `eos_token_ids`
+    are the engine's stop facts (`stops.stop_status`); a simulator leaves them unset."""
     name = config.policy
     if name in ("fcfs", "fcfs_nonchunked"):
         packer = TokenBudgetPacker(chunked=name == "fcfs")
-        return Scheduler(config, kv_manager, FCFSPolicy(), packer, predictor, max_model_len=max_model_len)
+        return Scheduler(config, kv_manager, FCFSPolicy(), packer, predictor, max_model_len=max_model_len,
+                         eos_token_ids=eos_token_ids)
     if name == "srpt":
         return Scheduler(config, kv_manager, SRPTPolicy(config.srpt_aging), TokenBudgetPacker(chunked=True),
-                         predictor, max_model_len=max_model_len)
+                         predictor, max_model_len=max_model_len, eos_token_ids=eos_token_ids)
     if name in _DEADLINE_POLICIES:
         if predictor is None:
             raise ValueError(
@@ -54,7 +55,7 @@ def make_scheduler(config: SchedulerConfig, kv_manager: KVCacheManager, predicto
         cache = prefill_cache if prefill_cache is not None else PrefillTimeCache(predictor, config)
         policy = _DEADLINE_POLICIES[name](cache, config.deadline_k, config.deadline_min)
         return Scheduler(config, kv_manager, policy, TimeBudgetPacker(predictor), predictor,
-                         max_model_len=max_model_len)
+                         max_model_len=max_model_len, eos_token_ids=eos_token_ids)
     raise ValueError(f"unknown scheduling policy {name!r}; valid: {', '.join(POLICIES)}")
 
 

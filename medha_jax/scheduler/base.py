@@ -6,7 +6,15 @@
                                  prefill chunks first, then the decodes; page tables attached
   engine --on_batch_done(batch, now, measured_time)--> num_computed_tokens += scheduled tokens,
                                  IterationRecord(composition, predicted, measured)
-  engine appends sampled tokens, decides stops --finish(request, status)--> pages freed, gone
+  engine --update_from_output(batch, sampled, now)--> each sequence that sampled gets its token
+                                 appended (times, logprobs); `stops.stop_status` decides who
+                                 ends -> finish(request, status): pages freed, gone
+  engine --finish(request, status, now)--> aborts and errors
+
+`update_from_output` is the request lifecycle's only "append token, stop" step: the engine, the
+simulator, the replay, the tests and the overhead benchmark all call it, so they share the stop
+logic. The scheduler is the only writer of a request's status, progress and times; the engine
+writes only `error` and the request's construction-time fields.
 
 What goes into phase 2 (which prefills, how many tokens each) is the packer's job
 (`token_budget.py` for fcfs, `time_budget.py` for edf/lrs/lars); in which order candidates are
@@ -33,7 +41,7 @@ With kvp > 1 predicted times are the slowest kvp group's (`kvp_cost`). Pure Pyth
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 from medha_jax.batch import ScheduledBatch, ScheduledSeq
 from medha_jax.kv_cache_manager import KVCacheManager
@@ -41,6 +49,7 @@ from medha_jax.request import Request, RequestStatus
 from medha_jax.scheduler.config import SchedulerConfig
 from medha_jax.scheduler.kvp_cost import predict_pairs
 from medha_jax.scheduler.records import Composition, IterationLog, IterationRecord
+from medha_jax.scheduler.stops import is_special, stop_status
 
 
 class LiveRequests:
@@ -71,13 +80,16 @@ class LiveRequests:
 
 class Scheduler:
     def __init__(self, config: SchedulerConfig, kv_manager: KVCacheManager, policy, packer,
-                 predictor=None, *, max_model_len: int | None = None):
+                 predictor=None, *, max_model_len: int | None = None,
+                 eos_token_ids: frozenset[int] = frozenset()):
         self.config = config
         self.kv = kv_manager
         self.policy = policy
         self.packer = packer
         self.predictor = predictor
         self.max_model_len = max_model_len
+        self.eos_token_ids = frozenset(eos_token_ids)
+        """The model's end-of-sequence ids (none in the simulator): a sampled one stops a request."""
         self._by_id: dict[str, Request] = {}
         self.waiting: dict[Request, None] = {}
         """Requests holding no pages, in arrival (or re-queue) order."""
@@ -219,11 +231,42 @@ class Scheduler:
                     self.predictor.observe_raw(predict_pairs(self.predictor, self.kv, comp.seqs, raw=True),
                                                measured_time)
 
-    # ---- helpers shared by the packers ------------------------------------------------------
-    def ready(self, req: Request) -> bool:
-        """Has tokens to compute and is not in flight."""
-        return req.num_remaining_tokens >= 1 and req not in self._in_flight
+    def update_from_output(self, batch: ScheduledBatch, sampled: Sequence[int] | int, now: float, *,
+                           logprobs: Sequence[float] | None = None,
+                           on_token: Callable[[Request, int, bool], str | None] | None = None) -> list[Request]:
+        """The tokens of `batch` came out of the model: append them and finish who stops.
 
+        sampled: the token of sequence i at index i (only sequences that sample are read), or one
+        token for all of them (a simulator has no model). logprobs: the same per sequence (kept
+        where the request asked for them). on_token(request, token, special) -> stop string | None
+        is called after each append: the engine's detokenizer, which finds stop strings. A
+        sequence whose request finished, or was preempted, while the batch was in flight gets
+        nothing (a preempted one recomputes its context and samples again). Call after
+        `on_batch_done` for the same batch. Returns the requests that finished."""
+        finished = []
+        eos = self.eos_token_ids
+        for i, seq in enumerate(batch.seqs):
+            if not seq.samples:
+                continue
+            req = seq.request
+            if req.is_finished or req.num_computed_tokens != req.num_tokens:
+                continue
+            tok = sampled if isinstance(sampled, int) else int(sampled[i])
+            req.output_token_ids.append(tok)
+            if logprobs is not None and req.sampling_params.logprobs:
+                req.output_logprobs.append(float(logprobs[i]))
+            req.token_times.append(now)
+            if req.first_token_time is None:
+                req.first_token_time = now
+            hit = on_token(req, tok, is_special(tok, req, eos)) if on_token is not None else None
+            stop = stop_status(req, tok, eos_token_ids=eos, max_model_len=self.max_model_len, stop_string=hit)
+            if stop is not None:
+                req.stop_reason = stop[1]
+                self.finish(req, stop[0], now)
+                finished.append(req)
+        return finished
+
+    # ---- helpers shared by the packers ------------------------------------------------------
     @staticmethod
     def is_decode(req: Request) -> bool:
         return req.num_remaining_tokens == 1 and bool(req.output_token_ids)
@@ -242,7 +285,8 @@ class Scheduler:
         req.status = RequestStatus.RUNNING
         if req.first_scheduled_time is None:
             req.first_scheduled_time = now
-        seq = ScheduledSeq(req, req.num_computed_tokens, n, self.kv.page_tables(req))
+        start = req.num_computed_tokens
+        seq = ScheduledSeq(req, start, n, self.kv.page_tables(req), start + n == req.num_tokens)
         batch.seqs.append(seq)
         self._in_flight.add(req)
         return seq
@@ -325,6 +369,6 @@ class Scheduler:
             rid = req.request_id
             if done + 1 > covered.get(rid, 0) and not self.reserve(req, 1, batch, now):
                 continue  # no page: it preempted itself
-            seqs.append(ScheduledSeq(req, done, 1, tables[rid]))
+            seqs.append(ScheduledSeq(req, done, 1, tables[rid], True))
             in_flight.add(req)
         self.partials = partials

@@ -2,8 +2,8 @@
 
   arrivals (Requests with arrival_time) --admitted when the clock reaches them--> scheduler
   loop: batch = schedule(now); dt = device(Composition of batch); now += dt
-        on_batch_done(batch, now, measured_time=dt); each sampled request gets `token` appended
-        (first_token_time, token_times set); at max_tokens it is finished (FINISHED_LENGTH)
+        on_batch_done(batch, now, measured_time=dt); update_from_output(batch, token, now): each
+        sampled request gets `token` appended and stops by the engine's rules (here: max_tokens)
   idle (empty batch): the clock jumps to the next arrival
 
 `device` defaults to the scheduler's predictor (raw, no online correction), i.e. the predictor is
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from medha_jax.request import Request, RequestStatus
+from medha_jax.request import Request
 from medha_jax.scheduler.base import Scheduler
 from medha_jax.scheduler.records import Composition
 
@@ -78,14 +78,5 @@ def replay(scheduler: Scheduler, requests: Iterable[Request], *,
         if keep_trace:
             result.trace.append(Iteration(start, now, [(s.request_id, s.start_pos, s.num_tokens) for s in batch.seqs],
                                           batch.predicted_time))
-        for seq in batch.seqs:
-            req = seq.request
-            if req.is_finished or req.num_computed_tokens != req.num_tokens:
-                continue  # not at the end of its tokens (or finished meanwhile): nothing sampled
-            req.output_token_ids.append(token)
-            req.token_times.append(now)
-            if req.first_token_time is None:
-                req.first_token_time = now
-            if req.num_output_tokens >= req.sampling_params.max_tokens:
-                scheduler.finish(req, RequestStatus.FINISHED_LENGTH, now)
+        scheduler.update_from_output(batch, token, now)
     raise RuntimeError(f"replay did not finish within {max_iterations} iterations")

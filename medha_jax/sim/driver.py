@@ -4,15 +4,17 @@ the executor. It does what the engine loop does, with time taken from the device
   RequestSpecs --(arrival reached)--> Request (prompt = range(n): lengths only, no token ids)
       --> scheduler.add_request
   loop at `now` (the time stage 0 of the device is free):
-      apply pipeline exits due by now: each sampled sequence gets a token appended; a request at
-      its output length is finished (FINISHED_LENGTH)
+      apply pipeline exits due by now: scheduler.update_from_output(batch, 0, exit) appends a
+      token to each sampled sequence and finishes the requests that stop (the engine's rules;
+      here a request stops at its output length, FINISHED_LENGTH)
       batch = scheduler.schedule(now); (tick, latency) = device.run(composition)
       stages: stage k of this batch starts when stage k-1 of it and stage k of the previous batch
               are done, each taking `tick`; the batch leaves the last stage at `exit`
       scheduler.on_batch_done(batch, end of stage 0, measured_time=latency)
-      exit event queued at `exit` with the sequences that sample
+      exit event queued at `exit` with the batch, if any sequence of it samples
       now = end of stage 0 (or, with nothing to run, the next arrival / exit)
   stop at `horizon` (no batch starts after it) or when everything has finished
+  -> SimResult; per-request decode timing (TokenStats) is read off each request's token_times
 
 Stream pipeline parallelism (depth = spp > 1): the scheduler is told a batch is done when it leaves
 stage 0, so chunk i+1 of a prefill can enter the pipeline one tick after chunk i (it needs chunk i's
@@ -28,7 +30,8 @@ import heapq
 import time
 from dataclasses import dataclass, field
 
-from medha_jax.request import Request, RequestStatus
+from medha_jax.batch import ScheduledBatch
+from medha_jax.request import Request
 from medha_jax.sampling_params import SamplingParams
 from medha_jax.scheduler.base import Scheduler
 from medha_jax.sim.workload import RequestSpec
@@ -36,7 +39,7 @@ from medha_jax.sim.workload import RequestSpec
 
 @dataclass(slots=True)
 class TokenStats:
-    """Per-request decode timing kept by the driver (the engine would stream these)."""
+    """Per-request decode timing: when the last token came and the longest gap between two."""
 
     last: float = 0.0
     max_gap: float = 0.0
@@ -71,23 +74,23 @@ def simulate(scheduler: Scheduler, specs: list[RequestSpec], device, *, horizon:
     t_wall = time.perf_counter()
     specs = sorted(specs, key=lambda s: s.arrival)
     reqs = [make_request(i, s) for i, s in enumerate(specs)]
-    stats: dict[str, TokenStats] = {}
     depth = device.depth
     free = [0.0] * depth  # when each stage finishes its current batch
-    exits: list[tuple[float, int, list[Request]]] = []  # heap of (exit time, seq no, samplers)
+    exits: list[tuple[float, int, ScheduledBatch]] = []  # heap of (exit time, seq no, batch that samples)
     end = float("inf") if horizon is None else horizon
     now = specs[0].arrival if specs else 0.0
     i = n_iter = seq_no = tokens = 0
     busy = 0.0
     run = device.run
     add = scheduler.add_request
+    update = scheduler.update_from_output
     while True:
         while i < len(reqs) and reqs[i].arrival_time <= now:
             add(reqs[i])
             i += 1
         while exits and exits[0][0] <= now:
-            t_exit, _, samplers = heapq.heappop(exits)
-            _sample(scheduler, samplers, t_exit, stats)
+            t_exit, _, done = heapq.heappop(exits)
+            update(done, 0, t_exit)
         if now >= end:
             break
         if not scheduler.has_unfinished and i == len(reqs) and not exits:
@@ -101,7 +104,7 @@ def simulate(scheduler: Scheduler, specs: list[RequestSpec], device, *, horizon:
             now = max(nxt, now)
             continue
         seqs = [(s.num_tokens, s.start_pos) for s in batch.seqs]
-        samplers = [s.request for s in batch.seqs if s.samples]
+        samples = any(s.samples for s in batch.seqs)
         tick, latency = run(seqs)
         t = now
         for k in range(depth):
@@ -111,9 +114,9 @@ def simulate(scheduler: Scheduler, specs: list[RequestSpec], device, *, horizon:
         if observer is not None:
             observer(now, stage0, free[-1], batch)
         scheduler.on_batch_done(batch, stage0, measured_time=latency)
-        if samplers:
+        if samples:
             seq_no += 1
-            heapq.heappush(exits, (free[-1], seq_no, samplers))
+            heapq.heappush(exits, (free[-1], seq_no, batch))
         busy += tick
         tokens += sum(q for q, _ in seqs)
         n_iter += 1
@@ -121,25 +124,15 @@ def simulate(scheduler: Scheduler, specs: list[RequestSpec], device, *, horizon:
             raise RuntimeError(f"simulation did not finish within {max_iterations} iterations (t={now:.1f})")
         now = stage0
     return SimResult(reqs, specs, end if horizon is not None else now, now, n_iter, busy,
-                     time.perf_counter() - t_wall, stats, scheduler.num_preemptions, tokens)
+                     time.perf_counter() - t_wall, token_stats(reqs), scheduler.num_preemptions, tokens)
 
 
-def _sample(scheduler: Scheduler, samplers: list[Request], now: float, stats: dict[str, TokenStats]) -> None:
-    """What the engine does with a batch's sampled tokens when they arrive."""
-    running = RequestStatus.RUNNING
-    for req in samplers:
-        out = req.output_token_ids
-        if req.status is not running or req.num_computed_tokens != len(req.prompt_token_ids) + len(out):
-            continue  # finished, or preempted meanwhile: the token is recomputed later
-        out.append(0)
-        st = stats.get(req.request_id)
-        if st is None:
-            req.first_token_time = now
-            stats[req.request_id] = TokenStats(now, 0.0)
-        else:
-            gap = now - st.last
-            if gap > st.max_gap:
-                st.max_gap = gap
-            st.last = now
-        if len(out) >= req.sampling_params.max_tokens:
-            scheduler.finish(req, RequestStatus.FINISHED_LENGTH, now)
+def token_stats(reqs: list[Request]) -> dict[str, TokenStats]:
+    """Last token time and longest inter-token gap of every request that got a token."""
+    stats = {}
+    for req in reqs:
+        times = req.token_times
+        if times:
+            stats[req.request_id] = TokenStats(times[-1], max((b - a for a, b in zip(times, times[1:])), default=0.0))
+    return stats
+

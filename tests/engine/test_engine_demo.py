@@ -148,7 +148,7 @@ def test_a_failed_iteration_fails_only_its_requests_and_the_engine_recovers(llm)
     ref = llm.generate([[11, 12, 13]], _greedy(8))[0].token_ids
     real_execute = eng.executor.execute
 
-    def failing_execute(batch, seeds):
+    def failing_execute(step):
         eng.executor.kv_k.delete()  # what a step that died on the device leaves behind
         raise RuntimeError("injected device failure")
 

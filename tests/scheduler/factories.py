@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from medha_jax.kv_cache_manager import KVCacheManager
-from medha_jax.request import Request, RequestStatus
+from medha_jax.request import Request
 from medha_jax.sampling_params import SamplingParams
 from medha_jax.scheduler import SchedulerConfig, make_scheduler as _make_scheduler
 
@@ -38,20 +38,10 @@ def make_scheduler(policy: str = "fcfs", *, num_pages: int = 64, page_size: int 
 
 
 def sample_all(sched, batch, now: float, token: int = 7) -> list[Request]:
-    """What the engine does after a batch: advance, append a token to each sampled request,
-    finish those at max_tokens. Returns the requests that finished."""
+    """What the engine does after a batch (the scheduler's own post-step update): advance, append
+    `token` to each sampled request, finish those that stop. Returns the requests that finished."""
     sched.on_batch_done(batch, now)
-    done = []
-    for seq in batch.seqs:
-        req = seq.request
-        if seq.samples and not req.is_finished and req.num_computed_tokens == req.num_tokens:
-            req.output_token_ids.append(token)
-            if req.first_token_time is None:
-                req.first_token_time = now
-            if req.num_output_tokens >= req.sampling_params.max_tokens:
-                sched.finish(req, RequestStatus.FINISHED_LENGTH, now)
-                done.append(req)
-    return done
+    return sched.update_from_output(batch, token, now)
 
 
 def shape(batch) -> list[tuple[str, int, int]]:

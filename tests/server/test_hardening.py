@@ -60,10 +60,10 @@ def faulty_executor(served):
     ex = served.engine.executor
     real = ex.execute
 
-    def execute(batch, seeds):
-        if any(POISON in seq.request.prompt_token_ids for seq in batch.seqs):
+    def execute(step):
+        if any(POISON in seq.token_ids for seq in step.seqs):
             raise RuntimeError("injected device fault")
-        return real(batch, seeds)
+        return real(step)
 
     ex.execute = execute
     yield

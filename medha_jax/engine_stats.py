@@ -1,0 +1,29 @@
+"""`EngineStats`: what front ends (health, metrics, model info, default max_tokens) may know
+about a running engine, read in one call instead of reaching into its scheduler and KV manager.
+
+  Engine.stats() -> EngineStats (plain numbers, a snapshot; safe to read from another thread:
+  each field is one int read of the engine's state) -> server/openai_http.py, grpc_service.py,
+  metrics.py, serve.py. Pure Python.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStats:
+    num_waiting: int
+    """Requests waiting for pages or their first schedule (including preempted ones)."""
+    num_running: int
+    """Requests holding KV pages (prefill or decode)."""
+    free_kv_pages: int
+    """Free KV-cache pages, all kvp groups together."""
+    total_kv_pages: int
+    """KV-cache pages, all kvp groups together (kvp x pages per group)."""
+    page_size: int
+    """Tokens per KV page."""
+    max_tokens_per_request: int
+    """Most tokens (prompt + output) one request's KV can ever hold."""
+    last_iteration_time: float | None
+    """Wall seconds of the latest engine iteration (None before the first)."""

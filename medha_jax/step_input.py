@@ -1,0 +1,68 @@
+"""The scheduler -> executor contract: a self-contained snapshot of one iteration.
+
+  Scheduler.schedule(now) -> ScheduledBatch (live Requests, the KV manager's page lists)
+      --StepInput.from_batch--> StepInput: per sequence its token ids, positions, page tables
+        (copied), sampling settings and seed; nothing that the scheduler mutates afterwards
+      --Executor.tick / execute--> packed arrays -> the compiled step
+
+Everything the executor reads is here, so a batch can sit in a stream pipeline for several
+steps while the scheduler moves on (tokens appended, pages allocated or freed) without the
+executor ever seeing those changes. Order: as in the batch (prefill chunks first, then decodes).
+Pure Python, no JAX.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from medha_jax.batch import ScheduledBatch
+
+
+@dataclass(frozen=True, slots=True)
+class SeqInput:
+    """One sequence's share of a step: `num_tokens` tokens from position `start_pos`."""
+
+    request_id: str
+    start_pos: int
+    num_tokens: int
+    token_ids: tuple[int, ...]
+    """The scheduled tokens: positions [start_pos, start_pos + num_tokens) of prompt + output."""
+    page_tables: tuple[tuple[int, ...], ...]
+    """Pages holding this sequence's KV, one tuple per kvp group it touches (a copy)."""
+    samples: bool
+    """A token is sampled from this sequence's last position."""
+    temperature: float
+    top_k: int
+    top_p: float
+    seed: int
+    """The request's sampling seed (SamplingParams.seed, or the one the engine drew)."""
+    step: int
+    """Tokens the request had generated when this step was formed (the sampler's counter)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StepInput:
+    seqs: tuple[SeqInput, ...]
+
+    @staticmethod
+    def from_batch(batch: ScheduledBatch) -> StepInput:
+        seqs = []
+        for s in batch.seqs:
+            req, sp = s.request, s.request.sampling_params
+            seqs.append(SeqInput(
+                request_id=req.request_id, start_pos=s.start_pos, num_tokens=s.num_tokens,
+                token_ids=tuple(s.token_ids),
+                page_tables=tuple(tuple(t) for t in s.page_tables), samples=s.samples,
+                temperature=sp.temperature, top_k=sp.top_k, top_p=sp.top_p, seed=req.seed,
+                step=req.num_output_tokens,
+            ))
+        return StepInput(tuple(seqs))
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(s.num_tokens for s in self.seqs)
+
+    @property
+    def max_pages(self) -> int:
+        """Widest page table of any sequence on any kvp group (at least 1)."""
+        return max((len(t) for s in self.seqs for t in s.page_tables), default=1)
