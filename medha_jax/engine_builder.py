@@ -24,8 +24,8 @@ from medha_jax.executor.executor import Executor
 from medha_jax.kv_cache_manager import KVCacheManager
 from medha_jax.mesh import make_mesh, parse_mesh
 from medha_jax.model.loading import load_model
-from medha_jax.model.sharded import kv_cache_bytes_per_page
-from medha_jax.profiling import get_predictor
+from medha_jax.model.sharded_forward import kv_cache_bytes_per_page
+from medha_jax.runtime_profiler import get_predictor
 from medha_jax.scheduler import ProfileKey, SchedulerConfig, make_scheduler
 from meshes import PREFIX as PRESET_PREFIX, load_preset
 

@@ -9,7 +9,7 @@ jax.monitoring listener), so tests can assert a running engine compiles nothing.
     tick(step | None) -> (step leaving the last stage | None, its StepResult | None)
         pack the new step (a self-contained `StepInput` snapshot) at its own bucket -> PipelineSlots.plan (rows stacked per stage)
         -> [multi-host leader: broadcast the tick's arrays] -> compiled step
-           (model.pipeline.make_step: every stage runs its microbatch, activations move one
+           (model.pipeline_step.make_step: every stage runs its microbatch, activations move one
            stage on, the last stage's microbatch is sampled)
     execute(step) -> StepResult: one step through the whole pipeline (idle pipeline only);
         with spp == 1 a tick is exactly one execute, and tick() calls execute().
@@ -31,12 +31,12 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from medha_jax.executor.buckets import Bucket, BucketLadders
 from medha_jax.executor.packing import MODEL_FIELDS, SAMPLING_FIELDS, PackedBatch, pack_batch
-from medha_jax.executor.pipeline import Microbatch, PipelineSlots, TickPlan, bucket_of
+from medha_jax.executor.pipeline_slots import Microbatch, PipelineSlots, TickPlan, bucket_of
 from medha_jax.executor.sampler import SamplingArrays, sample
 from medha_jax.model import sharding
 from medha_jax.model.inputs import ModelInputs
-from medha_jax.model.pipeline import init_acts, make_step
-from medha_jax.model.sharded import init_kv_cache
+from medha_jax.model.pipeline_step import init_acts, make_step
+from medha_jax.model.sharded_forward import init_kv_cache
 from medha_jax.step_input import StepInput
 
 _compile_lock = threading.Lock()

@@ -5,7 +5,7 @@ Data flow: global params (sharded as in `sharding.PARAM_AXES`) + global KV cache
 sharded over kvp, the rest replicated) -> `jax.shard_map(llama.forward)` -> replicated logits
 f32[S, V] + the updated cache (same sharding). The returned function is jittable. It runs one
 batch through every stage in turn; the serving path pipelines microbatches over the stages with
-`medha_jax.model.pipeline.make_step`.
+`medha_jax.model.pipeline_step.make_step`.
 """
 
 from __future__ import annotations
