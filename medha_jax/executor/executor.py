@@ -65,20 +65,20 @@ class StepResult:
 
 
 class Executor:
-    def __init__(self, cfg, params, mesh, *, num_pages: int, page_size: int, kv_dtype,
+    def __init__(self, cfg, params, mesh, *, total_pages: int, page_size: int, kv_dtype,
                  ladders: BucketLadders, attention_fn, group_tokens: int | None = None, channel=None):
-        """num_pages: global page count (kvp groups x pages per group); group_tokens: KV positions
+        """total_pages: global page count (kvp groups x pages per group); group_tokens: KV positions
         per kvp group (the KV manager's max_tokens_per_kvp_group; None: all on group 0);
         channel: a `multihost.Channel` when this is the leader of a multi-host mesh."""
         lay = sharding.layout(cfg, mesh)
         self.cfg, self.params, self.mesh = cfg, params, mesh
         self.depth, self.kvp = lay.spp, lay.kvp
-        self.num_pages, self.page_size, self.ladders = num_pages, page_size, ladders
+        self.total_pages, self.page_size, self.ladders = total_pages, page_size, ladders
         self.group_tokens = group_tokens
         self.attention_backend = getattr(attention_fn, "backend", "custom")
         self.kv_dtype = kv_dtype
         self.channel = channel
-        self.kv_k, self.kv_v = init_kv_cache(cfg, mesh, num_pages, page_size, kv_dtype)
+        self.kv_k, self.kv_v = init_kv_cache(cfg, mesh, total_pages, page_size, kv_dtype)
         self._acts_dtype = params["embed"].dtype
         self.acts = init_acts(cfg, mesh, ladders.tokens[-1], self._acts_dtype)
         self.pipe = PipelineSlots(self.depth, self.kvp)
@@ -144,7 +144,7 @@ class Executor:
     def reset_kv_cache(self) -> None:
         """A fresh zero cache (every request that had KV must recompute it)."""
         self._send("reset_kv")
-        self.kv_k, self.kv_v = init_kv_cache(self.cfg, self.mesh, self.num_pages, self.page_size, self.kv_dtype)
+        self.kv_k, self.kv_v = init_kv_cache(self.cfg, self.mesh, self.total_pages, self.page_size, self.kv_dtype)
 
     def reset_pipeline(self) -> None:
         """Forget every microbatch in flight (after a failed tick) and zero the activations."""
