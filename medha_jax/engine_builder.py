@@ -24,8 +24,8 @@ from medha_jax.executor.executor import Executor
 from medha_jax.kv_cache_manager import KVCacheManager
 from medha_jax.mesh import make_mesh, parse_mesh
 from medha_jax.model.loading import load_model
-from medha_jax.model.sharded import kv_cache_bytes_per_page
-from medha_jax.profiling import get_predictor
+from medha_jax.model.sharded_forward import kv_cache_bytes_per_page
+from medha_jax.runtime_profiler import get_predictor
 from medha_jax.scheduler import ProfileKey, SchedulerConfig, make_scheduler
 from meshes import PREFIX as PRESET_PREFIX, load_preset
 
@@ -113,20 +113,20 @@ def build_device_side(config: EngineConfig, scfg: SchedulerConfig) -> DeviceSide
             f"{model_config.max_position_embeddings}"
         )
     page = config.page_size
-    num_pages = config.num_pages
-    if num_pages is None:
+    pages_per_group = config.num_pages  # per kvp group
+    if pages_per_group is None:
         if config.kv_cache_memory_gb is not None:
             per_page = kv_cache_bytes_per_page(model_config, mesh, page, _jnp_dtype(config.dtype))
-            num_pages = int(config.kv_cache_memory_gb * 1e9 // per_page)
+            pages_per_group = int(config.kv_cache_memory_gb * 1e9 // per_page)
         else:
-            num_pages = 1024
+            pages_per_group = 1024
     group_tokens = config.max_tokens_per_kvp_group  # checked by the KVCacheManager
     if group_tokens is None:
-        group_tokens = num_pages * page  # a preset's value, capped at a group's pool
+        group_tokens = pages_per_group * page  # a preset's value, capped at a group's pool
         if config.mesh.strip().startswith(PRESET_PREFIX):
             group_tokens = min(load_preset(config.mesh.strip()).max_tokens_per_kvp_group or group_tokens, group_tokens)
     kvp = mesh_spec["kvp"]
-    kv_manager = KVCacheManager(num_pages, page, kvp=kvp, max_tokens_per_kvp_group=group_tokens)  # validates
+    kv_manager = KVCacheManager(pages_per_group, page, kvp=kvp, max_tokens_per_kvp_group=group_tokens)  # validates
 
     ladders = BucketLadders.build(
         max_tokens=max_model_len if scfg.policy == "fcfs_nonchunked" else scfg.max_num_batched_tokens,
@@ -138,8 +138,9 @@ def build_device_side(config: EngineConfig, scfg: SchedulerConfig) -> DeviceSide
     )
     leader = jax.process_count() > 1 and jax.process_index() == 0
     executor = Executor(
-        model_config, params, mesh, num_pages=num_pages * kvp, page_size=page, kv_dtype=_jnp_dtype(config.dtype),
-        ladders=ladders, attention_fn=resolve_attention_backend(config.attention_backend),
+        model_config, params, mesh, total_pages=pages_per_group * kvp, page_size=page,
+        kv_dtype=_jnp_dtype(config.dtype), ladders=ladders,
+        attention_fn=resolve_attention_backend(config.attention_backend),
         group_tokens=group_tokens, channel=multihost.Channel() if leader else None,
     )
     if config.warmup:

@@ -16,7 +16,7 @@ import sys
 
 from medha_jax.cli_args import add_dataclass_args, dataclass_from_args
 from medha_jax.config import EngineConfig
-from medha_jax.profiling import composition_grid, fit_with_holdout, measure
+from medha_jax.runtime_profiler import composition_grid, fit_with_holdout, measure
 from medha_jax.scheduler import SchedulerConfig
 from medha_jax.scheduler.predictor import profile_path
 

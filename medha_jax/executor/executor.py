@@ -9,7 +9,7 @@ jax.monitoring listener), so tests can assert a running engine compiles nothing.
     tick(step | None) -> (step leaving the last stage | None, its StepResult | None)
         pack the new step (a self-contained `StepInput` snapshot) at its own bucket -> PipelineSlots.plan (rows stacked per stage)
         -> [multi-host leader: broadcast the tick's arrays] -> compiled step
-           (model.pipeline.make_step: every stage runs its microbatch, activations move one
+           (model.pipeline_step.make_step: every stage runs its microbatch, activations move one
            stage on, the last stage's microbatch is sampled)
     execute(step) -> StepResult: one step through the whole pipeline (idle pipeline only);
         with spp == 1 a tick is exactly one execute, and tick() calls execute().
@@ -31,12 +31,12 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from medha_jax.executor.buckets import Bucket, BucketLadders
 from medha_jax.executor.packing import MODEL_FIELDS, SAMPLING_FIELDS, PackedBatch, pack_batch
-from medha_jax.executor.pipeline import Microbatch, PipelineSlots, TickPlan, bucket_of
+from medha_jax.executor.pipeline_slots import Microbatch, PipelineSlots, TickPlan, bucket_of
 from medha_jax.executor.sampler import SamplingArrays, sample
 from medha_jax.model import sharding
 from medha_jax.model.inputs import ModelInputs
-from medha_jax.model.pipeline import init_acts, make_step
-from medha_jax.model.sharded import init_kv_cache
+from medha_jax.model.pipeline_step import init_acts, make_step
+from medha_jax.model.sharded_forward import init_kv_cache
 from medha_jax.step_input import StepInput
 
 _compile_lock = threading.Lock()
@@ -65,20 +65,20 @@ class StepResult:
 
 
 class Executor:
-    def __init__(self, cfg, params, mesh, *, num_pages: int, page_size: int, kv_dtype,
+    def __init__(self, cfg, params, mesh, *, total_pages: int, page_size: int, kv_dtype,
                  ladders: BucketLadders, attention_fn, group_tokens: int | None = None, channel=None):
-        """num_pages: global page count (kvp groups x pages per group); group_tokens: KV positions
+        """total_pages: global page count (kvp groups x pages per group); group_tokens: KV positions
         per kvp group (the KV manager's max_tokens_per_kvp_group; None: all on group 0);
         channel: a `multihost.Channel` when this is the leader of a multi-host mesh."""
         lay = sharding.layout(cfg, mesh)
         self.cfg, self.params, self.mesh = cfg, params, mesh
         self.depth, self.kvp = lay.spp, lay.kvp
-        self.num_pages, self.page_size, self.ladders = num_pages, page_size, ladders
+        self.total_pages, self.page_size, self.ladders = total_pages, page_size, ladders
         self.group_tokens = group_tokens
         self.attention_backend = getattr(attention_fn, "backend", "custom")
         self.kv_dtype = kv_dtype
         self.channel = channel
-        self.kv_k, self.kv_v = init_kv_cache(cfg, mesh, num_pages, page_size, kv_dtype)
+        self.kv_k, self.kv_v = init_kv_cache(cfg, mesh, total_pages, page_size, kv_dtype)
         self._acts_dtype = params["embed"].dtype
         self.acts = init_acts(cfg, mesh, ladders.tokens[-1], self._acts_dtype)
         self.pipe = PipelineSlots(self.depth, self.kvp)
@@ -144,7 +144,7 @@ class Executor:
     def reset_kv_cache(self) -> None:
         """A fresh zero cache (every request that had KV must recompute it)."""
         self._send("reset_kv")
-        self.kv_k, self.kv_v = init_kv_cache(self.cfg, self.mesh, self.num_pages, self.page_size, self.kv_dtype)
+        self.kv_k, self.kv_v = init_kv_cache(self.cfg, self.mesh, self.total_pages, self.page_size, self.kv_dtype)
 
     def reset_pipeline(self) -> None:
         """Forget every microbatch in flight (after a failed tick) and zero the activations."""

@@ -1,6 +1,6 @@
 """Analytic performance models of hardware we do not have: FLOP and byte counts per iteration.
 
-  ModelShape (models.py) + DeviceSpec, Efficiency (devices.py)
+  ModelShape (models.py) + DeviceSpec, Efficiency (device_specs.py)
       --> AnalyticPerfModel (perf_model.py): iteration latency and SPP tick of a batch composition
           on a (tp, spp, kvp) mesh; `predict(composition)` like a fitted RuntimePredictor
       --> prefill.py: whole prefills streamed through SPP (static or adaptive chunks), decode TPOT
@@ -10,8 +10,8 @@ Used by the simulator (`medha_jax.sim`) as a device and by benchmarks/scaling_mo
 Documented in docs/simulator.md. Pure Python, no JAX.
 """
 
-from medha_jax.hardware.devices import (A100_80GB, DEVICES, H100_80GB, DeviceSpec, Efficiency, default_efficiency,
-                                        get_device)
+from medha_jax.hardware.device_specs import (A100_80GB, DEVICES, H100_80GB, DeviceSpec, Efficiency, default_efficiency,
+                                             get_device)
 from medha_jax.hardware.models import LLAMA3_8B, LLAMA3_70B, MODELS, ModelShape, get_model
 from medha_jax.hardware.perf_model import AnalyticPerfModel, pairs_in_shard
 from medha_jax.hardware.prefill import adaptive_chunks, decode_time, static_chunks, streamed_prefill_time

@@ -3,8 +3,10 @@
   ModelShape (layers, widths, heads)  --> per-layer weight bytes, linear FLOPs per token,
                                           attention FLOPs per (query, key) pair, KV bytes per token
 
-Kept separate from `medha_jax.model.LlamaConfig` so that the simulator imports no JAX;
-`ModelShape.from_llama_config` converts one. Pure Python.
+Not a copy of `medha_jax.model.config.LlamaConfig` (also pure Python): it shares the eight
+architecture fields but adds what a cost model needs (bytes per weight, cached K/V and
+activation element; FLOP and byte counts) and leaves out numerics that cost nothing (RoPE,
+RMSNorm eps, tied embeddings, token ids). `ModelShape.from_llama_config` converts one. Pure Python.
 """
 
 from __future__ import annotations

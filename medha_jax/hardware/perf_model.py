@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 
-from medha_jax.hardware.devices import DeviceSpec, Efficiency, default_efficiency
+from medha_jax.hardware.device_specs import DeviceSpec, Efficiency, default_efficiency
 from medha_jax.hardware.models import ModelShape
 
 

@@ -8,7 +8,7 @@ the model is within the bound the paper states. Points the model is known to mis
 `expect_agree=False` and a note saying why; tests/sim/test_hardware_references.py checks that
 every point still lands on the side recorded here, so a model change that moves one is noticed.
 The efficiency factors were set from data sheets and kernel papers before these comparisons
-(devices.py) and are not adjusted to them. Pure Python.
+(device_specs.py) and are not adjusted to them. Pure Python.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from medha_jax.hardware.devices import H100_80GB
+from medha_jax.hardware.device_specs import H100_80GB
 from medha_jax.hardware.models import LLAMA3_8B, LLAMA3_70B
 from medha_jax.hardware.perf_model import AnalyticPerfModel
 from medha_jax.hardware.prefill import decode_time, static_chunks, streamed_prefill_time

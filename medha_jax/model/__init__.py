@@ -17,9 +17,10 @@ _EXPORTS = {
     "init_params": "init",
     "ModelInputs": "inputs", "make_inputs": "inputs", "pack_arrays": "inputs",
     "forward": "llama",
-    "init_acts": "pipeline", "make_step": "pipeline",
-    "init_kv_cache": "sharded", "kv_cache_bytes_per_page": "sharded", "make_forward": "sharded",
-    "param_shardings": "sharded",
+    "init_acts": "pipeline_step", "make_step": "pipeline_step",
+    "init_kv_cache": "sharded_forward", "kv_cache_bytes_per_page": "sharded_forward",
+    "make_forward": "sharded_forward",
+    "param_shardings": "sharded_forward",
     "Layout": "sharding", "layout": "sharding",
 }
 

@@ -14,7 +14,7 @@ K = KVHr/tp kv heads, Dh head width, F/tp MLP columns, V/tp vocab rows):
     rows logits_indices -> final RMSNorm -> lm_head [S, V/tp] -> all_gather(tp) -> [S, V] f32
 
 The pieces (`embed`, `run_layers`, `final_logits`, `next_stage`) are shared by `forward` (one
-batch through all stages in turn) and the pipeline tick of `medha_jax.model.pipeline`.
+batch through all stages in turn) and the pipeline tick of `medha_jax.model.pipeline_step`.
 
 The KV cache travels through the layer scan as the full local [L/spp, N, page, K, Dh] arrays in
 the carry and is updated in place at [layer, slot]; attention reads layer l's pages.
@@ -163,7 +163,7 @@ def forward(params, kv_k, kv_v, inp: ModelInputs, cfg: LlamaConfig, attention_fn
 
     With spp > 1 the batch walks the stages one after another (round r: stage r runs; the
     others compute on nothing and write no K/V), which is spp times the work of one stage: the
-    serving path pipelines microbatches instead (`model.pipeline`); this is the plain
+    serving path pipelines microbatches instead (`model.pipeline_step`); this is the plain
     reference that tests and simple loops use.
     """
     inp = local_inputs(inp, stacked=False)

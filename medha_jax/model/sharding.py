@@ -195,13 +195,15 @@ def param_shardings(cfg: LlamaConfig, mesh: Mesh) -> dict[str, Any]:
     return _map_axes(param_axes(cfg), lambda a: NamedSharding(mesh, spec(a)))
 
 
-def kv_cache_shape(cfg: LlamaConfig, lay: Layout, num_pages: int, page_size: int) -> tuple[int, ...]:
-    """Global shape of each of kv_k / kv_v: [L, num_pages, page_size, KVHr, Dh]."""
-    if num_pages <= 0 or page_size <= 0:
-        raise ValueError(f"num_pages and page_size must be positive, got {num_pages}, {page_size}")
-    if num_pages % lay.kvp:
-        raise ValueError(f"num_pages={num_pages} is not divisible by kvp={lay.kvp}")
-    return (cfg.num_layers, num_pages, page_size, lay.kv_heads, cfg.head_dim)
+def kv_cache_shape(cfg: LlamaConfig, lay: Layout, total_pages: int, page_size: int) -> tuple[int, ...]:
+    """Global shape of each of kv_k / kv_v: [L, total_pages, page_size, KVHr, Dh].
+
+    total_pages counts the pages of every kvp group (kvp x pages per group)."""
+    if total_pages <= 0 or page_size <= 0:
+        raise ValueError(f"total_pages and page_size must be positive, got {total_pages}, {page_size}")
+    if total_pages % lay.kvp:
+        raise ValueError(f"total_pages={total_pages} is not divisible by kvp={lay.kvp}")
+    return (cfg.num_layers, total_pages, page_size, lay.kv_heads, cfg.head_dim)
 
 
 def _map_axes(tree: dict[str, Any], fn) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
   name --build(kv, predictor, **config overrides)--> Scheduler (medha_jax.scheduler objects)
   name --device_kind--> "chunked" (the deployment's own device) or "elastic_sp" (whole prompts over
-                        elastic sequence parallelism, LoongServe-like; see sim/devices.py)
+                        elastic sequence parallelism, LoongServe-like; see sim/device_models.py)
 
   sarathi-512 / sarathi-2048  fcfs, fixed token budget per iteration (Sarathi-Serve, vLLM > 32K)
   vllm-2048                   fcfs, 2048-token budget with vLLM's long-prefill limits: prompts over

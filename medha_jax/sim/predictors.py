@@ -21,7 +21,7 @@ import random
 
 from medha_jax.scheduler.predictor import RuntimePredictor
 from medha_jax.scheduler.records import Composition
-from medha_jax.sim.devices import fingerprint
+from medha_jax.sim.device_models import fingerprint
 
 
 class PipelinedPredictor(RuntimePredictor):

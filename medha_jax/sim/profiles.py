@@ -15,11 +15,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from medha_jax.hardware.devices import get_device
+from medha_jax.hardware.device_specs import get_device
 from medha_jax.hardware.models import get_model
 from medha_jax.hardware.perf_model import AnalyticPerfModel
 from medha_jax.kv_cache_manager import KVCacheManager
-from medha_jax.sim.devices import AnalyticDevice, ElasticSPDevice, LinearDevice, PredictorDevice
+from medha_jax.sim.device_models import AnalyticDevice, ElasticSPDevice, LinearDevice, PredictorDevice
 
 PRESETS = {
     # Medha 6.2 / 6.4: Llama-3 8B on two DGX-A100 servers, TP8-SPP2 (the policy study's device)

@@ -39,10 +39,10 @@ def _pool(n_tokens: int, seed: int) -> list[int]:
 class Runner:
     """One jitted forward on a mesh plus a cache big enough for the golden prompts."""
 
-    def __init__(self, cfg, mesh, params, num_pages: int):
+    def __init__(self, cfg, mesh, params, total_pages: int):
         self.cfg, self.params = cfg, params
         self.fwd = jax.jit(make_forward(cfg, mesh, paged_attention_xla), donate_argnums=(1, 2))
-        self.k, self.v = init_kv_cache(cfg, mesh, num_pages, PAGE, jnp.float32)
+        self.k, self.v = init_kv_cache(cfg, mesh, total_pages, PAGE, jnp.float32)
 
     def __call__(self, seqs, pad_tokens=None, pad_seqs=None, pad_pages=None) -> np.ndarray:
         inp = make_inputs(seqs, PAGE, pad_tokens, pad_seqs, pad_pages)
@@ -55,7 +55,7 @@ def test_prefill_logits_match_hf(tp, loaded, golden):
     cfg, mesh, params = loaded("tiny-llama3", tp)
     g = golden("tiny-llama3")
     longest = max(len(p["token_ids"]) for p in g["prompts"])
-    run = Runner(cfg, mesh, params, num_pages=2 * (-(-longest // PAGE)) + 2)
+    run = Runner(cfg, mesh, params, total_pages=2 * (-(-longest // PAGE)) + 2)
     for i, p in enumerate(g["prompts"]):
         ids = p["token_ids"]
         pages = _pool(len(ids), seed=i)
@@ -71,7 +71,7 @@ def test_prefill_other_variants(variant, tp, loaded, golden):
     cfg, mesh, params = loaded(variant, tp)
     g = golden(variant)
     longest = max(len(p["token_ids"]) for p in g["prompts"])
-    run = Runner(cfg, mesh, params, num_pages=2 * (-(-longest // PAGE)) + 2)
+    run = Runner(cfg, mesh, params, total_pages=2 * (-(-longest // PAGE)) + 2)
     for i, p in enumerate(g["prompts"]):
         ids = p["token_ids"]
         logits = run([(ids, 0, _pool(len(ids), seed=i))], pad_tokens=_bucket(len(ids)),
@@ -87,7 +87,7 @@ def test_chunked_prefill_matches_hf(variant, prompt, tp, loaded, golden):
     p = golden(variant)["prompts"][prompt]
     ids, chunk = p["token_ids"], 64
     pages = _pool(len(ids), seed=7)
-    run = Runner(cfg, mesh, params, num_pages=2 * len(pages) + 2)
+    run = Runner(cfg, mesh, params, total_pages=2 * len(pages) + 2)
     for start in range(0, len(ids), chunk):
         logits = run([(ids[start:start + chunk], start, pages)], pad_tokens=chunk, pad_pages=len(pages))
     assert len(ids) % chunk != 0, "the last chunk should be partial"
@@ -119,7 +119,7 @@ def test_greedy_decode_matches_hf(spelling, golden, tp_mesh, data_dir, tmp_path)
     mesh = tp_mesh(2)
     params = load_safetensors_params(model_dir, cfg, mesh, "float32")
     g = golden("tiny-llama3")
-    run = Runner(cfg, mesh, params, num_pages=64)
+    run = Runner(cfg, mesh, params, total_pages=64)
     for k in (1, 3):  # prompts of 7 and 300 tokens
         p = g["prompts"][k]
         pages = _pool(len(p["token_ids"]) + g["new_tokens"], seed=k)
@@ -136,7 +136,7 @@ def test_mixed_batch_prefill_chunks_decode_and_padding(loaded, golden):
     a, b = g["prompts"][2], g["prompts"][1]  # 33 and 7 tokens
     ia, ib = a["token_ids"], b["token_ids"]
     pages_a, pages_b = [5, 0, 3], [2, 4]  # interleaved in one pool
-    run = Runner(cfg, mesh, params, num_pages=8)
+    run = Runner(cfg, mesh, params, total_pages=8)
     step1 = run([(ia[:20], 0, pages_a), (ib, 0, pages_b)], pad_tokens=64, pad_seqs=4, pad_pages=3)
     np.testing.assert_allclose(step1[1], b["last_logits"], atol=ATOL, rtol=0)
     assert np.all(step1[2:] == step1[2:]), "padding sequences must not produce NaN"

@@ -57,15 +57,15 @@ def test_kv_heads_that_neither_split_nor_replicate():
 
 def test_cache_and_params_per_device_shapes():
     mesh = make_mesh("kvp=2,spp=2,tp=2")
-    k, v = init_kv_cache(CFG, mesh, num_pages=6, page_size=4, dtype=jnp.bfloat16)
+    k, v = init_kv_cache(CFG, mesh, total_pages=6, page_size=4, dtype=jnp.bfloat16)
     assert k.shape == (2, 6, 4, 2, 8) and k.dtype == jnp.bfloat16
     assert {s.data.shape for s in k.addressable_shards} == {(1, 3, 4, 1, 8)}
     params = init_params(CFG, mesh, seed=0)
     wq = params["layers"]["wq"]
     assert wq.shape == (2, 32, 8, 8) and {s.data.shape for s in wq.addressable_shards} == {(1, 32, 4, 8)}
     assert jax.tree.map(lambda a: a.sharding, params) == param_shardings(CFG, mesh)
-    with pytest.raises(ValueError, match="num_pages=5 is not divisible by kvp=2"):
-        init_kv_cache(CFG, mesh, num_pages=5, page_size=4)
+    with pytest.raises(ValueError, match="total_pages=5 is not divisible by kvp=2"):
+        init_kv_cache(CFG, mesh, total_pages=5, page_size=4)
 
 
 def test_random_params_do_not_depend_on_the_mesh():

@@ -12,7 +12,7 @@ from medha_jax import LLM, SamplingParams
 from medha_jax.config import EngineConfig
 from medha_jax.engine_builder import profile_key_for
 from medha_jax.mesh import make_mesh
-from medha_jax.profiling import measure
+from medha_jax.runtime_profiler import measure
 from medha_jax.scheduler import Composition, RuntimePredictor
 from medha_jax.scheduler.predictor import profile_path
 

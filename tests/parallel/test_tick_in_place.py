@@ -17,7 +17,7 @@ def test_compiled_tick_copies_neither_cache_nor_activations():
     mesh = make_mesh("tp=2,spp=2,kvp=2")
     _, params, _ = load_demo(mesh)
     ladders = BucketLadders((32, T_MAX), (4,), (8,))
-    ex = Executor(DEMO_CONFIG, params, mesh, num_pages=2 * PAGES, page_size=16, kv_dtype=jnp.float32,
+    ex = Executor(DEMO_CONFIG, params, mesh, total_pages=2 * PAGES, page_size=16, kv_dtype=jnp.float32,
                   ladders=ladders, attention_fn=paged_attention_xla, group_tokens=128)
     assert ex.acts.shape == (2, T_MAX, DEMO_CONFIG.hidden_size)
     hlo = ex._jitted.lower(*ex._abstract_args(Bucket(32, 4, 8))).compile().as_text()

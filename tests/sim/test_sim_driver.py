@@ -4,7 +4,7 @@ import pytest
 
 from medha_jax.kv_cache_manager import KVCacheManager
 from medha_jax.scheduler import SchedulerConfig, make_scheduler
-from medha_jax.sim.devices import LinearDevice
+from medha_jax.sim.device_models import LinearDevice
 from medha_jax.sim.driver import simulate
 from medha_jax.sim.workload import RequestSpec
 

@@ -4,7 +4,7 @@ import pytest
 
 from medha_jax.hardware import A100_80GB, H100_80GB, LLAMA3_8B, AnalyticPerfModel
 from medha_jax.scheduler.records import Composition
-from medha_jax.sim.devices import AnalyticDevice, ElasticSPDevice, LinearDevice
+from medha_jax.sim.device_models import AnalyticDevice, ElasticSPDevice, LinearDevice
 from medha_jax.scheduler.predictor import RuntimePredictor
 from medha_jax.sim.predictors import PipelinedPredictor, fit_predictor
 

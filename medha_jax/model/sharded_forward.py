@@ -5,7 +5,7 @@ Data flow: global params (sharded as in `sharding.PARAM_AXES`) + global KV cache
 sharded over kvp, the rest replicated) -> `jax.shard_map(llama.forward)` -> replicated logits
 f32[S, V] + the updated cache (same sharding). The returned function is jittable. It runs one
 batch through every stage in turn; the serving path pipelines microbatches over the stages with
-`medha_jax.model.pipeline.make_step`.
+`medha_jax.model.pipeline_step.make_step`.
 """
 
 from __future__ import annotations
@@ -49,13 +49,13 @@ def kv_cache_sharding(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, sharding.KV_CACHE_SPEC)
 
 
-def init_kv_cache(cfg: LlamaConfig, mesh: Mesh, num_pages: int, page_size: int,
+def init_kv_cache(cfg: LlamaConfig, mesh: Mesh, total_pages: int, page_size: int,
                   dtype=jnp.bfloat16) -> tuple[jax.Array, jax.Array]:
-    """Zero (kv_k, kv_v), each global [L, num_pages, page_size, KVHr, Dh], created sharded.
+    """Zero (kv_k, kv_v), each global [L, total_pages, page_size, KVHr, Dh], created sharded.
 
-    num_pages is the global count: each kvp group gets num_pages // kvp pages (its local pool).
+    total_pages is the global count: each kvp group gets total_pages // kvp pages (its local pool).
     """
-    shape = sharding.kv_cache_shape(cfg, sharding.layout(cfg, mesh), num_pages, page_size)
+    shape = sharding.kv_cache_shape(cfg, sharding.layout(cfg, mesh), total_pages, page_size)
     zeros = jax.jit(lambda: jnp.zeros(shape, dtype), out_shardings=kv_cache_sharding(mesh))
     return zeros(), zeros()
 
