@@ -50,13 +50,14 @@ def composition_grid(max_tokens: int, max_seqs: int, max_kv: int, *, quick: bool
     return comps
 
 
-def synthetic_batch(comp: Composition, page_size: int, total_pages: int, vocab_size: int) -> StepInput:
-    """A step with the given composition whose sequences share scratch pages (values don't matter)."""
+def synthetic_batch(comp: Composition, page_size: int, group_pages: int, vocab_size: int) -> StepInput:
+    """A step with the given composition whose sequences share scratch pages of kvp group 0
+    (values don't matter); group_pages: the pages one kvp group holds."""
     seqs = []
     for i, (q, kv) in enumerate(comp.seqs):
         n_pages = -(-(q + kv) // page_size)
-        if n_pages > total_pages:
-            raise ValueError(f"composition needs {n_pages} pages per sequence, the cache has {total_pages}")
+        if n_pages > group_pages:
+            raise ValueError(f"composition needs {n_pages} pages per sequence, a kvp group has {group_pages}")
         tokens = tuple((7 * i + j) % vocab_size for j in range(kv, q + kv))
         seqs.append(SeqInput(request_id=f"profile-{i}", start_pos=kv, num_tokens=q, token_ids=tokens,
                              page_tables=(tuple(range(n_pages)),), samples=True, temperature=0.0, top_k=0,
@@ -74,7 +75,7 @@ def measure(executor, comps: Iterable[Composition], *, vocab_size: int, repeats:
         it = tqdm(comps, desc="profiling iterations", unit="batch")
     samples = []
     for comp in it:
-        batch = synthetic_batch(comp, executor.page_size, executor.total_pages, vocab_size)
+        batch = synthetic_batch(comp, executor.page_size, executor.total_pages // executor.kvp, vocab_size)
         if getattr(executor, "depth", 1) > 1:
             samples.append((comp, statistics.median(_tick_times(executor, batch, repeats))))
             continue
