@@ -309,7 +309,8 @@ class SLOPolicy(DeadlinePolicy):
         self._round, self._iteration = max(1, round(1.0 / min_share)) if min_share > 0 else 0, 0
 
     def on_iteration(self, prefill_share: float, t_target: float) -> None:
-        self._share, self._margin = max(prefill_share, 0.05), t_target
+        self._share = max(prefill_share, 0.05)
+        self._margin = t_target if t_target < float("inf") else 0.0  # batch mode: no budget
         self._iteration += 1
 
     def key(self, request: Request, now: float) -> float:
@@ -320,6 +321,10 @@ class SLOPolicy(DeadlinePolicy):
 
     def relative_slack(self, request: Request, now: float) -> float:
         return 0.0
+
+    def on_waiting(self, request: Request) -> None:
+        self._prefilling.pop(request, None)  # preempted: counted from the queue from now on
+        super().on_waiting(request)
 
     def on_leave_waiting(self, request: Request) -> None:
         super().on_leave_waiting(request)
@@ -349,8 +354,7 @@ class SLOPolicy(DeadlinePolicy):
                 del self._prefilling[r]
             else:
                 jobs.append((r.arrival_time + info[r][0], self.remaining(r), r, r.priority_class))
-        margin = self._margin if self._margin < float("inf") else 0.0  # batch mode: no budget
-        admitted, aside = sacrifice(jobs, now, rate=self._share, margin=margin, inflate=self.inflate)
+        admitted, aside = sacrifice(jobs, now, rate=self._share, margin=self._margin, inflate=self.inflate)
         self.set_aside = set(aside)
         ready = set(partials)
         ready.update(waiting)

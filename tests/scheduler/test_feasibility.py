@@ -82,3 +82,22 @@ def test_slo_scheduler_serves_the_important_class_when_both_cannot_make_it():
     for r in make_requests(2, prompt_len=600, ttft_deadline=[0.9, 1.0]):
         edf.add_request(r)
     assert shape(edf.schedule(0.0))[0][0] == "r0"
+
+
+def test_slo_offers_a_preempted_partial_prefill_once():
+    """A partial prefill sent back to the waiting queue (preemption) is one candidate, not two:
+    it must leave slo's set of running prefills when it rejoins the queue."""
+    from medha_jax.scheduler import RuntimePredictor
+    from tests.scheduler.factories import make_requests, make_scheduler
+
+    s = make_scheduler("slo", num_pages=4096, predictor=RuntimePredictor({"tokens": 1e-5}),
+                       max_num_batched_tokens=256)
+    reqs = make_requests(2, prompt_len=2000)
+    for r in reqs:
+        s.add_request(r)
+    b = s.schedule(0.0)
+    s.on_batch_done(b, 0.1)
+    assert any(r.num_computed_tokens for r in reqs)  # a partial prefill is running
+    s.preempt_all()
+    offered = list(s.policy.candidates([], 0.2))
+    assert sorted(r.request_id for r in offered) == ["r0", "r1"]
