@@ -149,7 +149,7 @@ def bench_llama8b(budget_end, log, small=False):
         report["init_seconds"] = time.perf_counter() - t0
         ex = llm.engine.executor
         report["attention_backend"] = ex.attention_backend
-        report["num_pages"] = llm.engine.kv_manager.num_total_pages
+        report["num_pages"] = llm.engine.stats().total_kv_pages
         log(f"8b-shape: engine up in {report['init_seconds']:.1f} s ({ex.attention_backend} attention, "
             f"{report['num_pages']} KV pages)")
         greedy = lambda n: SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -30,20 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from dummy_models import LLAMA_31M, TINY, write_model_dir  # noqa: E402
+from scheduler_overhead import cpu_model  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
-
-
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu} x {os.cpu_count()} cores"
 
 
 def commit() -> str:
@@ -113,7 +101,7 @@ def main(argv=None) -> int:
     fcfs = next((r for r in rows if r["policy"] == "fcfs"), None)
     for r in rows:
         r["throughput_vs_fcfs"] = fcfs["median_s"] / r["median_s"] if fcfs else None
-    report = dict(machine=machine(), commit=commit(), load_before=load_before, load_after=os.getloadavg(),
+    report = dict(machine=f"{cpu_model()} x {os.cpu_count()} cores", commit=commit(), load_before=load_before, load_after=os.getloadavg(),
                   job=dict(prompts=args.prompts, prompt_len=args.prompt_len, new_tokens=args.new_tokens,
                            model=cfg, shapes=shapes), repeats=args.repeats, rows=rows,
                   command="python benchmarks/offline_batch.py " + " ".join(argv if argv is not None else sys.argv[1:]))
