@@ -47,6 +47,7 @@ from medha_jax.executor.executor import compile_events  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dummy_models import LLAMA3_8B, TINY, write_model_dir  # noqa: E402
+from scheduler_overhead import percentile  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
@@ -120,11 +121,6 @@ class Phase:
         self.seconds = time.perf_counter() - self.t0
 
 
-def pct(xs, q):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
-
-
 def bench_llama8b(budget_end, log, small=False):
     cfg = TINY if small else LLAMA3_8B
     V = cfg["vocab_size"]
@@ -188,7 +184,7 @@ def bench_llama8b(budget_end, log, small=False):
             gen = sum(len(o.token_ids) for o in outs)
             row = dict(phase=name, requests=n, prompt_tokens=n_in, new_tokens=n_out, wall_s=ph.seconds,
                        output_tokens_per_s=gen / ph.seconds, total_tokens_per_s=(gen + n * n_in) / ph.seconds,
-                       tpot_p50_s=statistics.median(tpots), tpot_p90_s=pct(tpots, 0.9),
+                       tpot_p50_s=statistics.median(tpots), tpot_p90_s=percentile(tpots, 90),
                        ttft_p50_s=statistics.median(ttfts), ttft_max_s=max(ttfts),
                        warmup_pass_s=warm_s, compiles_in_phase=ph.compiles)
             report["phases"].append(row)
