@@ -1,7 +1,7 @@
 """`python -m medha_jax.profile`: measure this device's iteration times and fit the runtime predictor.
 
   flags (same as serve/LLM) -> engine parts (fcfs, no predictor) -> warmed executor
-  -> composition grid -> measured samples (progress bar) -> fit on 80%, MAPE on held-out 20%
+  -> composition grid -> measured samples (progress bar) -> fit; held-out MAPE by 5-fold cross-validation
   -> profile JSON in --profile-dir, keyed by model, mesh, dtype and device
 
 The LARS/EDF/LRS schedulers of an engine with the same key load this file at start-up.

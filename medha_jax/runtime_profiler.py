@@ -2,10 +2,11 @@
 
   composition grid (prefill chunks x KV lengths, decode batches x KV lengths, hybrids)
     -> synthetic StepInput over scratch pages of the (idle) KV cache
-    -> Executor.execute (the same compiled step that serves), median of `repeats` timings
-       (with a stream pipeline: steady-state ticks, every stage holding the composition)
-    -> samples [(Composition, seconds)] -> RuntimePredictor.fit on a random 80%,
-       MAPE on the held-out 20% -> profile JSON keyed by (model, mesh, dtype, device)
+    -> Executor.execute (the same compiled step that serves): one warm-up pass, then `repeats`
+       shuffled rounds over every composition, median per composition (with a stream pipeline:
+       steady-state ticks, every stage holding the composition)
+    -> samples [(Composition, seconds)] -> RuntimePredictor.fit; held-out MAPE by 5-fold
+       cross-validation -> profile JSON keyed by (model, mesh, dtype, device)
 
 Only run on an executor that is not serving: it overwrites KV pages.
 """
@@ -66,27 +67,39 @@ def synthetic_batch(comp: Composition, page_size: int, group_pages: int, vocab_s
 
 
 def measure(executor, comps: Iterable[Composition], *, vocab_size: int, repeats: int = 3,
-            progress: bool = True) -> list[tuple[Composition, float]]:
+            progress: bool = True, seed: int = 0) -> list[tuple[Composition, float]]:
+    """Median seconds per composition. Every composition runs once untimed first (compiles and
+    warms its bucket), then `repeats` rounds each time every composition once in a shuffled
+    order: noise that lasts a while (another process, a frequency change, memory settling after
+    a compile) spreads over all compositions instead of biasing the few timed during it."""
     comps = list(comps)
-    it = comps
+    group_pages = executor.total_pages // executor.kvp
+    batches = [synthetic_batch(c, executor.page_size, group_pages, vocab_size) for c in comps]
+    pipelined = getattr(executor, "depth", 1) > 1
+    bar = None
     if progress:
         from tqdm import tqdm
 
-        it = tqdm(comps, desc="profiling iterations", unit="batch")
-    samples = []
-    for comp in it:
-        batch = synthetic_batch(comp, executor.page_size, executor.total_pages // executor.kvp, vocab_size)
-        if getattr(executor, "depth", 1) > 1:
-            samples.append((comp, statistics.median(_tick_times(executor, batch, repeats))))
-            continue
-        executor.execute(batch)  # first run pays any compile, not timed
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            executor.execute(batch)  # returns host arrays, so the device work is done
-            times.append(time.perf_counter() - t0)
-        samples.append((comp, statistics.median(times)))
-    return samples
+        bar = tqdm(total=len(comps) * (1 + repeats), desc="profiling iterations", unit="batch")
+    times: list[list[float]] = [[] for _ in comps]
+    rng = random.Random(seed)
+    for rnd in range(1 + repeats):  # round 0: compile and warm, not kept
+        order = list(range(len(comps)))
+        rng.shuffle(order)
+        for i in order:
+            if pipelined:
+                t = statistics.median(_tick_times(executor, batches[i], 1))
+            else:
+                t0 = time.perf_counter()
+                executor.execute(batches[i])  # returns host arrays, so the device work is done
+                t = time.perf_counter() - t0
+            if rnd:
+                times[i].append(t)
+            if bar is not None:
+                bar.update()
+    if bar is not None:
+        bar.close()
+    return [(c, statistics.median(ts)) for c, ts in zip(comps, times)]
 
 
 def _tick_times(executor, batch, repeats: int) -> list[float]:
@@ -105,16 +118,19 @@ def _tick_times(executor, batch, repeats: int) -> list[float]:
     return times
 
 
-def fit_with_holdout(samples, *, holdout: float = 0.2, seed: int = 0, key=None):
-    """Fit on a random (1 - holdout) share; returns (predictor refit on all, held-out MAPE)."""
+def fit_with_holdout(samples, *, folds: int = 5, seed: int = 0, key=None):
+    """k-fold cross-validation: every sample is predicted once by a fit that never saw it.
+    Returns (predictor refit on all samples, mean held-out MAPE over every sample)."""
     rng = random.Random(seed)
     idx = list(range(len(samples)))
     rng.shuffle(idx)
-    n_test = max(1, int(len(samples) * holdout))
-    test = [samples[i] for i in idx[:n_test]]
-    train = [samples[i] for i in idx[n_test:]]
-    held_out = RuntimePredictor.fit(train, key=key).mape(test)
-    return RuntimePredictor.fit(samples, key=key), held_out
+    folds = max(2, min(folds, len(samples) // 2))
+    errs = 0.0
+    for k in range(folds):
+        test = [samples[i] for i in idx[k::folds]]
+        train = [samples[i] for j, i in enumerate(idx) if j % folds != k]
+        errs += RuntimePredictor.fit(train, key=key).mape(test) * len(test)
+    return RuntimePredictor.fit(samples, key=key), errs / len(samples)
 
 
 def get_predictor(engine_config, scheduler_config, executor, key, vocab_size: int, max_model_len: int):

@@ -7,8 +7,9 @@ group (group g holds [g*M, (g+1)*M)):
 
     c = clamp(kv - g*M, 0, M)      keys of the sequence cached on g before the iteration
     e = clamp(kv + q - g*M, 0, M)  keys on g after it (the new ones land on g where e > c)
-    prefill chunk: tokens q, chunk_kv q*c, chunk_sq q*(e - c), context e
-    decode:        tokens 1; where the sequence has keys on g: decodes 1, decode_kv c, context e
+    prefill chunk: tokens q, chunk_kv q*c, chunk_sq q*(e - c), context e, tile work over c + (e - c)/2
+    decode:        tokens 1; where the sequence has keys on g: decodes 1, decode_kv c, context e,
+                   decode span up to c (every sequence is a slot of every group's batch)
 
 and each group's time is the runtime predictor's linear model over its own feature sums
 (`predictor.BatchCost`); the iteration's predicted time is the largest. This is the Medha rule
@@ -20,7 +21,7 @@ spread over several groups). Pure Python.
 
 from __future__ import annotations
 
-from medha_jax.scheduler.predictor import BatchCost, RuntimePredictor
+from medha_jax.scheduler.predictor import TILE_Q, BatchCost, RuntimePredictor
 
 
 class KVPBatchCost:
@@ -32,18 +33,20 @@ class KVPBatchCost:
         self.groups = [BatchCost(predictor, raw=raw) for _ in range(kvp)]
         self.M = group_tokens
 
-    def _parts(self, q: int, kv: int, g: int) -> tuple[int, int, int, int, int, int]:
-        """(tokens, chunk_kv, chunk_sq, decodes, decode_kv, context) of one sequence on group g."""
+    def _parts(self, q: int, kv: int, g: int) -> tuple:
+        """(tokens, chunk_kv, chunk_sq, decodes, decode_kv, context, tile work, decode kv on g) of one
+        sequence on group g."""
         base = g * self.M
         c = min(max(kv - base, 0), self.M)
         e = min(max(kv + q - base, 0), self.M)
         if q == 1 and kv > 0:
-            return (1, 0, 0, 1, c, e) if e else (1, 0, 0, 0, 0, 0)
-        return q, q * c, q * (e - c), 0, 0, e
+            return (1, 0, 0, 1, c, e, 0.0, c) if e else (1, 0, 0, 0, 0, 0, 0.0, 0)
+        tiles = -(-q // TILE_Q) * TILE_Q * (c + 0.5 * (e - c)) if e else 0.0
+        return q, q * c, q * (e - c), 0, 0, e, tiles, 0
 
     def add(self, q: int, kv: int) -> None:
         for g, cost in enumerate(self.groups):
-            t, ckv, csq, d, dkv, ctx = self._parts(q, kv, g)
+            t, ckv, csq, d, dkv, ctx, tiles, gkv = self._parts(q, kv, g)
             cost.n += 1
             cost.tokens += t
             cost.chunk_kv += ckv
@@ -51,6 +54,8 @@ class KVPBatchCost:
             cost.decodes += d
             cost.decode_kv += dkv
             cost.max_ctx = max(cost.max_ctx, ctx)
+            cost.tiles += tiles
+            cost.max_dkv = max(cost.max_dkv, gkv)
 
     def add_decode_seqs(self, kvs) -> None:
         """Decodes with these cached lengths."""
@@ -64,9 +69,10 @@ class KVPBatchCost:
         """Predicted seconds if q tokens over kv cached ones were added (the slowest group)."""
         worst = 0.0
         for g, cost in enumerate(self.groups):
-            t, ckv, csq, d, dkv, ctx = self._parts(q, kv, g)
+            t, ckv, csq, d, dkv, ctx, tiles, gkv = self._parts(q, kv, g)
             worst = max(worst, cost._t(cost.tokens + t, cost.chunk_kv + ckv, cost.chunk_sq + csq,
-                                       cost.decodes + d, cost.decode_kv + dkv, max(cost.max_ctx, ctx)))
+                                       cost.decodes + d, cost.decode_kv + dkv, max(cost.max_ctx, ctx),
+                                       cost.tiles + tiles, cost.n + 1, max(cost.max_dkv, gkv)))
         return worst
 
 

@@ -7,9 +7,16 @@
 
 Model (per iteration; the layer count is folded into the coefficients):
   t = const + tokens * sum(q) + chunk_kv * sum_prefill(q * kv) + chunk_sq * sum_prefill(q^2)
-        + decodes * n_decodes + decode_kv * sum_decode(kv)   [+ tokens_sq * sum(q)^2]
+        + decodes * n_decodes + decode_kv * sum_decode(kv) + tokens_maxctx * sum(q) * max(q + kv)
+        + tile_kv * sum_prefill(tiles(q) * TILE_Q * (kv + q / 2))
+        + decode_span * seq_slots(n) * blocks(max_decode(kv)) * KV_BLOCK   [+ tokens_sq * sum(q)^2]
 where a pair (q, kv) is a decode when q == 1 and kv > 0, and kv counts tokens cached before the
-iteration. Coefficients are non-negative (fitted by NNLS, relative-error weighted), so predictions
+iteration. The last two follow the XLA attention backend's loops: a prefill chunk runs in tiles of
+TILE_Q query tokens, each over its own causal frontier; decodes run together, every sequence slot
+of the batch (a power of two, at least MIN_SEQ_SLOTS) stepping KV_BLOCK keys at a time up to the
+longest decode. A chunk of 16 tokens costs as much attention as one of 32; the linear terms alone
+missed that by up to 40% (`benchmarks/results/predictor_cpu.md`). On another backend NNLS gives
+them the weight the measurements support (none, if they explain nothing). Coefficients are non-negative (fitted by NNLS, relative-error weighted), so predictions
 grow with every kind of work: the packer's binary search depends on it. Predictions are multiplied
 by `correction`, an exponential moving average of measured/raw-predicted ratios. Pure Python.
 """
@@ -25,10 +32,15 @@ from dataclasses import asdict, dataclass
 from medha_jax.scheduler.nnls import nnls
 from medha_jax.scheduler.records import Composition
 
-FEATURES = ("const", "tokens", "chunk_kv", "chunk_sq", "decodes", "decode_kv", "tokens_sq", "tokens_maxctx")
-DEFAULT_FEATURES = ("const", "tokens", "chunk_kv", "chunk_sq", "decodes", "decode_kv", "tokens_maxctx")
-# tokens_maxctx = (sum q) * max(q + kv): attention that walks every token of the batch up to the
-# longest context (the XLA backend's paged attention does); ~0 when fitted to the Pallas kernels.
+FEATURES = ("const", "tokens", "chunk_kv", "chunk_sq", "decodes", "decode_kv", "tokens_sq", "tokens_maxctx",
+            "tile_kv", "decode_span")
+ANALYTIC_FEATURES = ("const", "tokens", "chunk_kv", "chunk_sq", "decodes", "decode_kv", "tokens_maxctx")
+"""For a device whose time is a smooth function of the work (the simulator's device models)."""
+DEFAULT_FEATURES = ANALYTIC_FEATURES + ("tile_kv", "decode_span")
+"""For measured profiles: adds the attention backend's tiling."""
+TILE_Q = 32  # query tokens per prefill tile (pallas_kernels.reference.XLA_BLOCK_Q)
+KV_BLOCK = 128  # keys per decode step of that backend (block_pages 8 x page_size 16)
+MIN_SEQ_SLOTS = 4  # smallest sequence bucket (executor.buckets: min_seqs)
 PROFILE_FORMAT = "medha-jax-runtime-profile"
 PROFILE_VERSION = 1
 
@@ -51,19 +63,36 @@ def profile_path(directory: str, key: ProfileKey) -> str:
     return os.path.join(directory, key.filename())
 
 
+def tile_work(q: int, kv: int) -> float:
+    """Key-query pairs a prefill chunk's tiles walk: whole TILE_Q tiles, each to its frontier."""
+    return -(-q // TILE_Q) * TILE_Q * (kv + 0.5 * q)
+
+
+def decode_span(num_seqs: int, max_decode_kv: int) -> int:
+    """Key slots the batched decode loop walks: every sequence slot up to the longest decode."""
+    if max_decode_kv <= 0:
+        return 0
+    slots = max(MIN_SEQ_SLOTS, 1 << (num_seqs - 1).bit_length())
+    return slots * -(-max_decode_kv // KV_BLOCK) * KV_BLOCK
+
+
 def feature_sums(comp: Composition) -> list[float]:
-    """[1, sum q, sum_prefill q*kv, sum_prefill q^2, n_decodes, sum_decode kv, (sum q)^2, sum q * max ctx]."""
-    tokens = chunk_kv = chunk_sq = decodes = decode_kv = max_ctx = 0
+    """The feature vector, in FEATURES order (see the module docstring)."""
+    tokens = chunk_kv = chunk_sq = decodes = decode_kv = max_ctx = max_dkv = 0
+    tiles = 0.0
     for q, kv in comp.seqs:
         tokens += q
         max_ctx = max(max_ctx, q + kv)
         if q == 1 and kv > 0:
             decodes += 1
             decode_kv += kv
+            max_dkv = max(max_dkv, kv)
         else:
             chunk_kv += q * kv
             chunk_sq += q * q
-    return [1.0, tokens, chunk_kv, chunk_sq, decodes, decode_kv, tokens * tokens, tokens * max_ctx]
+            tiles += tile_work(q, kv)
+    return [1.0, tokens, chunk_kv, chunk_sq, decodes, decode_kv, tokens * tokens, tokens * max_ctx, tiles,
+            decode_span(len(comp.seqs), max_dkv)]
 
 
 class RuntimePredictor:
@@ -100,8 +129,10 @@ class RuntimePredictor:
         """Raw seconds of a batch holding one prefill chunk alone (used by the prefill-time cache)."""
         c = self._coef
         if q == 1 and kv > 0:  # counted as a decode, exactly as predict_raw does
-            return c[0] + c[1] + c[4] + c[5] * kv + c[6] + c[7] * (kv + 1)
-        return c[0] + c[1] * q + c[2] * q * kv + c[3] * q * q + c[6] * q * q + c[7] * q * (q + kv)
+            return (c[0] + c[1] + c[4] + c[5] * kv + c[6] + c[7] * (kv + 1)
+                    + (c[9] * decode_span(1, kv) if c[9] else 0.0))
+        return (c[0] + c[1] * q + c[2] * q * kv + c[3] * q * q + c[6] * q * q + c[7] * q * (q + kv)
+                + (c[8] * tile_work(q, kv) if c[8] else 0.0))
 
     # ---- online correction -----------------------------------------------------------------
     def observe(self, comp: Composition, measured: float) -> None:
@@ -197,13 +228,15 @@ class RuntimePredictor:
 class BatchCost:
     """Running feature sums of a batch being packed: O(1) per added seq and per what-if query."""
 
-    __slots__ = ("c", "corr", "tokens", "chunk_kv", "chunk_sq", "decodes", "decode_kv", "max_ctx", "n")
+    __slots__ = ("c", "corr", "tokens", "chunk_kv", "chunk_sq", "decodes", "decode_kv", "max_ctx", "n", "tiles",
+                 "max_dkv")
 
     def __init__(self, predictor: RuntimePredictor, raw: bool = False):
         self.c = predictor._coef
         self.corr = 1.0 if raw else predictor.correction
         self.tokens = self.chunk_kv = self.chunk_sq = self.decodes = self.decode_kv = self.max_ctx = 0
-        self.n = 0
+        self.n = self.max_dkv = 0
+        self.tiles = 0.0
 
     def add(self, q: int, kv: int) -> None:
         self.n += 1
@@ -212,32 +245,39 @@ class BatchCost:
         if q == 1 and kv > 0:
             self.decodes += 1
             self.decode_kv += kv
+            self.max_dkv = max(self.max_dkv, kv)
         else:
             self.chunk_kv += q * kv
             self.chunk_sq += q * q
+            self.tiles += tile_work(q, kv)
 
     def add_decodes(self, n: int, kv_sum: int, kv_max: int = 0) -> None:
         """n decodes whose cached lengths sum to kv_sum, the longest kv_max."""
-        self.max_ctx = max(self.max_ctx, kv_max + 1) if n else self.max_ctx
+        if n:
+            self.max_ctx = max(self.max_ctx, kv_max + 1)
+            self.max_dkv = max(self.max_dkv, kv_max)
         self.n += n
         self.tokens += n
         self.decodes += n
         self.decode_kv += kv_sum
 
-    def _t(self, tokens, chunk_kv, chunk_sq, decodes, decode_kv, max_ctx) -> float:
+    def _t(self, tokens, chunk_kv, chunk_sq, decodes, decode_kv, max_ctx, tiles, n, max_dkv) -> float:
         c = self.c
         return (c[0] + c[1] * tokens + c[2] * chunk_kv + c[3] * chunk_sq + c[4] * decodes
-                + c[5] * decode_kv + c[6] * tokens * tokens + c[7] * tokens * max_ctx) * self.corr
+                + c[5] * decode_kv + c[6] * tokens * tokens + c[7] * tokens * max_ctx + c[8] * tiles
+                + (c[9] * decode_span(n, max_dkv) if c[9] else 0.0)) * self.corr
 
     def time(self) -> float:
         if self.n == 0:
             return 0.0
-        return self._t(self.tokens, self.chunk_kv, self.chunk_sq, self.decodes, self.decode_kv, self.max_ctx)
+        return self._t(self.tokens, self.chunk_kv, self.chunk_sq, self.decodes, self.decode_kv, self.max_ctx,
+                       self.tiles, self.n, self.max_dkv)
 
     def time_with(self, q: int, kv: int) -> float:
         """Predicted seconds if a prefill chunk of q tokens over kv cached tokens were added."""
         ctx = max(self.max_ctx, q + kv)
         if q == 1 and kv > 0:
-            return self._t(self.tokens + 1, self.chunk_kv, self.chunk_sq, self.decodes + 1, self.decode_kv + kv, ctx)
+            return self._t(self.tokens + 1, self.chunk_kv, self.chunk_sq, self.decodes + 1, self.decode_kv + kv, ctx,
+                           self.tiles, self.n + 1, max(self.max_dkv, kv))
         return self._t(self.tokens + q, self.chunk_kv + q * kv, self.chunk_sq + q * q, self.decodes, self.decode_kv,
-                       ctx)
+                       ctx, self.tiles + tile_work(q, kv), self.n + 1, self.max_dkv)

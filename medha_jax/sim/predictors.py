@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import random
 
-from medha_jax.scheduler.predictor import RuntimePredictor
+from medha_jax.scheduler.predictor import ANALYTIC_FEATURES, RuntimePredictor
 from medha_jax.scheduler.records import Composition
 from medha_jax.sim.device_models import fingerprint
 
@@ -71,11 +71,11 @@ def fit_predictor(device, *, seed: int = 0, n_train: int = 600, n_test: int = 30
     train = profile_compositions(rng, n_train, max_kv, max_chunk)
     test = profile_compositions(rng, n_test, max_kv, max_chunk)
     timed = [(c, device.run(c.seqs)) for c in train]
-    pred = RuntimePredictor.fit([(c, lat) for c, (_, lat) in timed])
+    pred = RuntimePredictor.fit([(c, lat) for c, (_, lat) in timed], ANALYTIC_FEATURES)
     held = [(c, device.run(c.seqs)[1]) for c in test]
     info = {"train_mape": pred.fit_info["train_mape"], "test_mape": pred.mape(held), "samples": n_train}
     if getattr(device, "depth", 1) > 1:
-        tick = RuntimePredictor.fit([(c, t) for c, (t, _) in timed])
+        tick = RuntimePredictor.fit([(c, t) for c, (t, _) in timed], ANALYTIC_FEATURES)
         info["tick_train_mape"] = tick.fit_info["train_mape"]
         pred = PipelinedPredictor(pred, tick)
     return pred, info

@@ -26,6 +26,12 @@ def test_one_group_matches_the_plain_predictor_and_kvp_caps_long_decodes():
     pairs = [(1, 5000), (1, 300), (64, 0)]
     one = KVCacheManager(1000, 16, kvp=1)
     assert predict_pairs(p, one, pairs) == pytest.approx(p.predict(Composition.of(pairs)))
+    tiled = RuntimePredictor({**COEF, "tile_kv": 1e-5, "decode_span": 1e-6, "tokens_maxctx": 1e-7})
+    for extra in ([], [(40, 700)], [(16, 0), (1, 9000)]):
+        got = KVPBatchCost(tiled, group_tokens=10**9, kvp=1)
+        for q, kv in pairs + extra:
+            got.add(q, kv)
+        assert got.time() == pytest.approx(tiled.predict(Composition.of(pairs + extra)), rel=1e-12)
     four = KVCacheManager(1000, 16, kvp=4, max_tokens_per_kvp_group=1600)
     # The 5000-token decode reads at most 1600 keys on any group: less than on one device.
     assert predict_pairs(p, four, pairs) < predict_pairs(p, one, pairs)

@@ -22,7 +22,11 @@ def random_compositions(n, seed=0):
 def test_feature_sums_split_decodes_and_chunks():
     comp = Composition.of([(1, 100), (1, 50), (10, 0), (20, 30), (1, 0)])
     # max context: the (1, 100) decode sees 101 keys; the (20, 30) chunk 50
-    assert feature_sums(comp) == [1.0, 33, 20 * 30, 100 + 400 + 1, 2, 150, 33 * 33, 33 * 101]
+    # tile work: whole 32-token tiles to the chunk's middle; (10, 0) 32 * 5, (20, 30) 32 * 40, (1, 0) 32 * 0.5
+    # decode span: 5 sequences take 8 slots, each walking the longest decode's 100 keys in blocks of 128
+    assert feature_sums(comp) == [1.0, 33, 20 * 30, 100 + 400 + 1, 2, 150, 33 * 33, 33 * 101,
+                                  32 * 5 + 32 * 40 + 32 * 0.5, 8 * 128]
+    assert feature_sums(Composition.of([(1, 300)]))[-1] == 4 * 384  # at least 4 slots; 3 blocks of 128
 
 
 def test_predict_is_the_linear_model():
@@ -58,7 +62,7 @@ def test_fit_never_returns_negative_coefficients():
 
 
 def test_fit_errors():
-    with pytest.raises(ValueError, match="at least 7 samples"):
+    with pytest.raises(ValueError, match="at least 9 samples"):
         RuntimePredictor.fit([(Composition.of([(4, 0)]), 1.0)])
     with pytest.raises(ValueError, match="unknown predictor features"):
         RuntimePredictor.fit([], features=("bogus",))
@@ -67,7 +71,7 @@ def test_fit_errors():
 
 
 def test_batch_cost_matches_predict():
-    p = RuntimePredictor({**TRUE, "tokens_sq": 1e-9, "tokens_maxctx": 1e-8})
+    p = RuntimePredictor({**TRUE, "tokens_sq": 1e-9, "tokens_maxctx": 1e-8, "tile_kv": 3e-10, "decode_span": 2e-9})
     for comp in random_compositions(20, seed=3):
         cost = p.batch_cost()
         for q, kv in comp.seqs[:-1]:
@@ -78,6 +82,10 @@ def test_batch_cost_matches_predict():
         assert cost.time() == pytest.approx(p.predict(comp), rel=1e-12)
     assert p.chunk_time(100, 5000) == pytest.approx(p.predict(Composition.of([(100, 5000)])), rel=1e-12)
     assert p.chunk_time(1, 5000) == pytest.approx(p.predict(Composition.of([(1, 5000)])), rel=1e-12)
+    assert p.chunk_time(16, 5000) == pytest.approx(p.predict(Composition.of([(16, 5000)])), rel=1e-12)
+    decodes = p.batch_cost()
+    decodes.add_decodes(3, 300 + 200 + 1000, 1000)
+    assert decodes.time() == pytest.approx(p.predict(Composition.of([(1, 300), (1, 200), (1, 1000)])), rel=1e-12)
 
 
 def test_online_correction_tracks_measured_over_predicted():
@@ -111,3 +119,16 @@ def test_save_load_roundtrip_and_key_check(tmp_path):
     bad.write_text(json.dumps({"format": "something else"}))
     with pytest.raises(ValueError, match="is not a medha-jax-runtime-profile"):
         RuntimePredictor.load(str(bad))
+
+
+def test_cross_validated_error_sees_every_sample_once_and_grows_with_noise():
+    from medha_jax.runtime_profiler import fit_with_holdout
+
+    true = RuntimePredictor({**TRUE, "tile_kv": 1e-9, "decode_span": 5e-9})
+    comps = random_compositions(60, seed=4)
+    exact = [(c, true.predict(c)) for c in comps]
+    fitted, held_out = fit_with_holdout(exact)
+    assert held_out < 1e-6 and fitted.fit_info["num_samples"] == 60
+    rng = random.Random(5)
+    noisy = [(c, t * rng.uniform(0.8, 1.2)) for c, t in exact]
+    assert 0.02 < fit_with_holdout(noisy)[1] < 0.3
