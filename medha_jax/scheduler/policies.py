@@ -26,6 +26,7 @@ Ties keep the order in which requests joined the queue. Pure Python, no JAX.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 from collections.abc import Hashable, Iterator
@@ -35,7 +36,8 @@ from medha_jax.request import Request
 from medha_jax.scheduler.feasibility import sacrifice
 from medha_jax.scheduler.waiting_index import WaitingIndex
 
-_first, _second = itemgetter(0), itemgetter(1)
+_first, _second, _fourth = itemgetter(0), itemgetter(1), itemgetter(3)
+_class_deadline = itemgetter(0, 1)
 
 
 class Policy:
@@ -306,6 +308,12 @@ class SLOPolicy(DeadlinePolicy):
         self._share, self._margin = 1.0, 0.0
         self.set_aside: set[Request] = set()
         self._prefilling: dict[Request, None] = {}  # left the waiting queue, no first token yet
+        # The waiting queue in three parts, kept up to date as requests come and go:
+        self._live: dict[Request, None] = {}  # no first token, may still make its deadline
+        self._firsts: dict[Request, None] = {}  # with a first token (recompute after preemption)
+        self._hopeless: dict[Request, None] = {}  # no first token, cannot make its deadline any more
+        self._hopeless_order: list[tuple] = []  # (class, deadline, seq, request), sorted; pruned lazily
+        self._stale = self._seq = 0
         self._round, self._iteration = max(1, round(1.0 / min_share)) if min_share > 0 else 0, 0
 
     def on_iteration(self, prefill_share: float, t_target: float) -> None:
@@ -315,7 +323,7 @@ class SLOPolicy(DeadlinePolicy):
 
     def key(self, request: Request, now: float) -> float:
         d = request.arrival_time + self._info[request][0]
-        if request not in self.set_aside:
+        if request not in self.set_aside and request not in self._hopeless:
             return d
         return d + self.SET_ASIDE + self.CLASS_STEP * max(-100, min(100, request.priority_class))
 
@@ -325,9 +333,15 @@ class SLOPolicy(DeadlinePolicy):
     def on_waiting(self, request: Request) -> None:
         self._prefilling.pop(request, None)  # preempted: counted from the queue from now on
         super().on_waiting(request)
+        (self._firsts if request.output_token_ids else self._live)[request] = None
 
     def on_leave_waiting(self, request: Request) -> None:
         super().on_leave_waiting(request)
+        self._live.pop(request, None)
+        self._firsts.pop(request, None)
+        if request in self._hopeless:
+            del self._hopeless[request]
+            self._stale += 1
         if request in self._info and not request.output_token_ids:
             self._prefilling[request] = None
 
@@ -336,19 +350,39 @@ class SLOPolicy(DeadlinePolicy):
         self.set_aside.discard(request)
         self._prefilling.pop(request, None)
 
+    def _give_up(self, requests: list[Request]) -> None:
+        """Waiting requests that cannot make their deadlines even alone at full speed leave the
+        feasibility scan for good (time only moves on; a waiting request's estimate is fixed)."""
+        for r in requests:
+            del self._live[r]
+            self._hopeless[r] = None
+            self._seq += 1
+            bisect.insort(self._hopeless_order, (r.priority_class, r.arrival_time + self._info[r][0], self._seq, r))
+        if self._stale > 32 and 2 * self._stale > len(self._hopeless_order):
+            self._hopeless_order = [e for e in self._hopeless_order if e[3] in self._hopeless]
+            self._stale = 0
+
     def candidates(self, partials: list[Request], now: float) -> Iterator[Request]:
         """Requests with a first token first (deadline order), then the admitted ones in EDF
-        order, then the set-aside ones (class, then deadline). One sort per iteration: the
-        feasibility scan's; a waiting request's remaining time is its static estimate."""
-        waiting = self._store()
+        order, then the set-aside ones (class, then deadline). The feasibility scan covers the
+        requests that can still make their deadlines: a hopeless one (late even alone at full
+        speed) is set aside for good without a scan. With one class the scan would set it aside
+        too and nothing else; with classes it would give up less important in-time requests in
+        a vain attempt to fit it. In overload an iteration costs O(requests still in time +
+        running prefills), not O(queue). A waiting request's remaining
+        time is its static estimate."""
         info = self._info
-        firsts, jobs = [], []
-        for r in waiting:
+        jobs, hopeless = [], []
+        fastest = self.inflate  # no prefill share is above 1, no margin below 0
+        for r in self._live:  # no output: its token count and so its estimate i[2] are those of on_add
             i = info[r]
-            if r.output_token_ids:  # recompute after preemption: its first token is long out
-                firsts.append((r.arrival_time + i[0], r))
-            else:  # no output: its token count and so its estimate i[2] are those of on_add
-                jobs.append((r.arrival_time + i[0], i[2], r, r.priority_class))
+            d = r.arrival_time + i[0]
+            if d < now + fastest * i[2]:
+                hopeless.append(r)
+            else:
+                jobs.append((d, i[2], r, r.priority_class))
+        if hopeless:
+            self._give_up(hopeless)
         for r in list(self._prefilling):  # running prefills, in flight or not: they use the device too
             if r.output_token_ids:
                 del self._prefilling[r]
@@ -356,15 +390,21 @@ class SLOPolicy(DeadlinePolicy):
                 jobs.append((r.arrival_time + info[r][0], self.remaining(r), r, r.priority_class))
         admitted, aside = sacrifice(jobs, now, rate=self._share, margin=self._margin, inflate=self.inflate)
         self.set_aside = set(aside)
-        ready = set(partials)
-        ready.update(waiting)
-        firsts.sort(key=_first)
-        aside = [r for r in aside if r in ready]
-        if len({r.priority_class for r in aside}) > 1:
-            aside.sort(key=lambda r: r.priority_class)  # stable: deadline order within a class
-        order = itertools.chain(map(_second, firsts), (r for r in admitted if r in ready), aside)
-        if aside and self._round and self._iteration % self._round == 0:  # the set-aside share
-            top = aside[0]
-            if now - top.arrival_time > self.STARVING * info[top][0]:
-                order = itertools.chain([top], (r for r in order if r is not top))
-        return order
+        waiting, ready = self._store(), set(partials)
+        firsts = sorted(((r.arrival_time + info[r][0], r) for r in self._firsts), key=_first)
+        aside = [(r.priority_class, r.arrival_time + info[r][0], 0, r) for r in aside if r in waiting or r in ready]
+        if len({e[0] for e in aside}) > 1:
+            aside.sort(key=_class_deadline)  # stable: deadline order within a class
+        gone = self._hopeless
+        later = heapq.merge(aside, (e for e in self._hopeless_order if e[3] in gone), key=_class_deadline)
+        if self._round and self._iteration % self._round == 0:  # the set-aside share
+            top = next(later, None)
+            if top is not None:
+                later = itertools.chain([top], later)
+                r = top[3]
+                if now - r.arrival_time > self.STARVING * info[r][0]:
+                    rest = itertools.chain(map(_second, firsts), (x for x in admitted if x in waiting or x in ready),
+                                           map(_fourth, later))
+                    return itertools.chain([r], (x for x in rest if x is not r))
+        return itertools.chain(map(_second, firsts), (x for x in admitted if x in waiting or x in ready),
+                               map(_fourth, later))
