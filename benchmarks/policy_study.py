@@ -3,6 +3,7 @@ policy's capacity, on the modelled Llama-3 8B / 16 x A100 TP8-SPP2 deployment of
 
   python benchmarks/policy_study.py            (30-45 min on 2 cores; --quick: ~5 min)
   python benchmarks/policy_study.py --seed 1 --device llama3-8b-h100x8-tp8 --out DIR   (other draws)
+  python benchmarks/policy_study.py --quick --qps 0.75,1.25 --out DIR                  (other loads)
 
   (mix, qps, policy) grid --2 worker processes, each its own Experiment-->
       medha_jax.sim: generated workload (seed fixed) -> real Scheduler on a simulated clock
@@ -127,10 +128,16 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=OUT)
     ap.add_argument("--seed", type=int, default=SEED, help="workload and predictor-fit seed")
     ap.add_argument("--device", default=DEVICE, help="deployment preset (see python -m medha_jax.sim --help)")
+    ap.add_argument("--qps", default=None,
+                    help="comma-separated QPS points (default: 0.25,0.75,1.25,1.75; with --quick 0.25,1.75)")
     args = ap.parse_args(argv)
     _init(args.device, args.seed)
     duration = 900.0 if args.quick else 3600.0
     qps_list = (0.25, 1.75) if args.quick else QPS
+    if args.qps:
+        qps_list = tuple(float(q) for q in args.qps.split(","))
+        if not qps_list or any(not q > 0 for q in qps_list):
+            raise SystemExit(f"--qps needs positive request rates, got {args.qps!r}")
     cap_duration = 1800.0
     os.makedirs(args.out, exist_ok=True)
     policies = list(POLICIES)
