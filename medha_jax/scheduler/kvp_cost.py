@@ -21,7 +21,7 @@ spread over several groups). Pure Python.
 
 from __future__ import annotations
 
-from medha_jax.scheduler.predictor import TILE_Q, BatchCost, RuntimePredictor
+from medha_jax.scheduler.predictor import BatchCost, RuntimePredictor, tile_work
 
 
 class KVPBatchCost:
@@ -41,7 +41,7 @@ class KVPBatchCost:
         e = min(max(kv + q - base, 0), self.M)
         if q == 1 and kv > 0:
             return (1, 0, 0, 1, c, e, 0.0, c) if e else (1, 0, 0, 0, 0, 0, 0.0, 0)
-        tiles = -(-q // TILE_Q) * TILE_Q * (c + 0.5 * (e - c)) if e else 0.0
+        tiles = tile_work(q, c, e - c) if e else 0.0
         return q, q * c, q * (e - c), 0, 0, e, tiles, 0
 
     def add(self, q: int, kv: int) -> None:

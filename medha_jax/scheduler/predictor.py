@@ -63,9 +63,11 @@ def profile_path(directory: str, key: ProfileKey) -> str:
     return os.path.join(directory, key.filename())
 
 
-def tile_work(q: int, kv: int) -> float:
-    """Key-query pairs a prefill chunk's tiles walk: whole TILE_Q tiles, each to its frontier."""
-    return -(-q // TILE_Q) * TILE_Q * (kv + 0.5 * q)
+def tile_work(q: int, kv: int, new: int | None = None) -> float:
+    """Key-query pairs a prefill chunk's tiles walk: whole TILE_Q tiles, each to its frontier, over
+    kv cached keys and `new` keys written by the chunk itself (default q; fewer on a kvp group
+    that holds only part of the chunk)."""
+    return -(-q // TILE_Q) * TILE_Q * (kv + 0.5 * (q if new is None else new))
 
 
 def decode_span(num_seqs: int, max_decode_kv: int) -> int:
@@ -93,6 +95,13 @@ def feature_sums(comp: Composition) -> list[float]:
             tiles += tile_work(q, kv)
     return [1.0, tokens, chunk_kv, chunk_sq, decodes, decode_kv, tokens * tokens, tokens * max_ctx, tiles,
             decode_span(len(comp.seqs), max_dkv)]
+
+
+def _linear_time(c, tokens, chunk_kv, chunk_sq, decodes, decode_kv, max_ctx, tiles, n, max_dkv) -> float:
+    """The model over a batch's running sums (c: coefficients in FEATURES order)."""
+    return (c[0] + c[1] * tokens + c[2] * chunk_kv + c[3] * chunk_sq + c[4] * decodes
+            + c[5] * decode_kv + c[6] * tokens * tokens + c[7] * tokens * max_ctx + c[8] * tiles
+            + (c[9] * decode_span(n, max_dkv) if c[9] else 0.0))
 
 
 class RuntimePredictor:
@@ -127,12 +136,9 @@ class RuntimePredictor:
 
     def chunk_time(self, q: int, kv: int) -> float:
         """Raw seconds of a batch holding one prefill chunk alone (used by the prefill-time cache)."""
-        c = self._coef
         if q == 1 and kv > 0:  # counted as a decode, exactly as predict_raw does
-            return (c[0] + c[1] + c[4] + c[5] * kv + c[6] + c[7] * (kv + 1)
-                    + (c[9] * decode_span(1, kv) if c[9] else 0.0))
-        return (c[0] + c[1] * q + c[2] * q * kv + c[3] * q * q + c[6] * q * q + c[7] * q * (q + kv)
-                + (c[8] * tile_work(q, kv) if c[8] else 0.0))
+            return _linear_time(self._coef, 1, 0, 0, 1, kv, kv + 1, 0.0, 1, kv)
+        return _linear_time(self._coef, q, q * kv, q * q, 0, 0, q + kv, tile_work(q, kv), 1, 0)
 
     # ---- online correction -----------------------------------------------------------------
     def observe(self, comp: Composition, measured: float) -> None:
@@ -262,10 +268,8 @@ class BatchCost:
         self.decode_kv += kv_sum
 
     def _t(self, tokens, chunk_kv, chunk_sq, decodes, decode_kv, max_ctx, tiles, n, max_dkv) -> float:
-        c = self.c
-        return (c[0] + c[1] * tokens + c[2] * chunk_kv + c[3] * chunk_sq + c[4] * decodes
-                + c[5] * decode_kv + c[6] * tokens * tokens + c[7] * tokens * max_ctx + c[8] * tiles
-                + (c[9] * decode_span(n, max_dkv) if c[9] else 0.0)) * self.corr
+        return _linear_time(self.c, tokens, chunk_kv, chunk_sq, decodes, decode_kv, max_ctx, tiles, n,
+                            max_dkv) * self.corr
 
     def time(self) -> float:
         if self.n == 0:
