@@ -135,9 +135,12 @@ def main(argv=None) -> int:
     duration = 900.0 if args.quick else 3600.0
     qps_list = (0.25, 1.75) if args.quick else QPS
     if args.qps:
-        qps_list = tuple(float(q) for q in args.qps.split(","))
+        try:
+            qps_list = tuple(float(q) for q in args.qps.split(","))
+        except ValueError:
+            qps_list = ()
         if not qps_list or any(not q > 0 for q in qps_list):
-            raise SystemExit(f"--qps needs positive request rates, got {args.qps!r}")
+            raise SystemExit(f"--qps needs comma-separated positive request rates, got {args.qps!r}")
     cap_duration = 1800.0
     os.makedirs(args.out, exist_ok=True)
     policies = list(POLICIES)

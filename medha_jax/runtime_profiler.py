@@ -22,7 +22,6 @@ from medha_jax.scheduler import Composition, RuntimePredictor
 from medha_jax.step_input import SeqInput, StepInput
 
 
-
 def composition_grid(max_tokens: int, max_seqs: int, max_kv: int, *, quick: bool = False,
                      seed: int = 0) -> list[Composition]:
     """Prefill-only, decode-only and hybrid compositions spanning the serving range."""
@@ -88,7 +87,7 @@ def measure(executor, comps: Iterable[Composition], *, vocab_size: int, repeats:
         rng.shuffle(order)
         for i in order:
             if pipelined:
-                t = statistics.median(_tick_times(executor, batches[i], 1))
+                t = _tick_time(executor, batches[i])
             else:
                 t0 = time.perf_counter()
                 executor.execute(batches[i])  # returns host arrays, so the device work is done
@@ -102,20 +101,18 @@ def measure(executor, comps: Iterable[Composition], *, vocab_size: int, repeats:
     return [(c, statistics.median(ts)) for c, ts in zip(comps, times)]
 
 
-def _tick_times(executor, batch, repeats: int) -> list[float]:
+def _tick_time(executor, batch) -> float:
     """Stream pipeline (spp > 1): an iteration is one tick, and the scheduler's budget is per
-    tick, so time ticks in the steady state where every stage holds this composition (the batch
+    tick, so time a tick in the steady state where every stage holds this composition (the batch
     fed on every tick), then drain the pipeline."""
     for _ in range(executor.depth):  # fill (the first tick pays any compile)
         executor.tick(batch)
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        executor.tick(batch)  # returns the exiting batch's host arrays: the tick is done
-        times.append(time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    executor.tick(batch)  # returns the exiting batch's host arrays: the tick is done
+    t = time.perf_counter() - t0
     while not executor.idle:
         executor.tick(None)
-    return times
+    return t
 
 
 def fit_with_holdout(samples, *, folds: int = 5, seed: int = 0, key=None):

@@ -390,21 +390,22 @@ class SLOPolicy(DeadlinePolicy):
                 jobs.append((r.arrival_time + info[r][0], self.remaining(r), r, r.priority_class))
         admitted, aside = sacrifice(jobs, now, rate=self._share, margin=self._margin, inflate=self.inflate)
         self.set_aside = set(aside)
-        waiting, ready = self._store(), set(partials)
+        waiting, partial_set = self._store(), set(partials)
         firsts = sorted(((r.arrival_time + info[r][0], r) for r in self._firsts), key=_first)
-        aside = [(r.priority_class, r.arrival_time + info[r][0], 0, r) for r in aside if r in waiting or r in ready]
+        aside = [(r.priority_class, r.arrival_time + info[r][0], 0, r) for r in aside
+                 if r in waiting or r in partial_set]
         if len({e[0] for e in aside}) > 1:
             aside.sort(key=_class_deadline)  # stable: deadline order within a class
         gone = self._hopeless
         later = heapq.merge(aside, (e for e in self._hopeless_order if e[3] in gone), key=_class_deadline)
+        top = None
         if self._round and self._iteration % self._round == 0:  # the set-aside share
             top = next(later, None)
             if top is not None:
                 later = itertools.chain([top], later)
-                r = top[3]
-                if now - r.arrival_time > self.STARVING * info[r][0]:
-                    rest = itertools.chain(map(_second, firsts), (x for x in admitted if x in waiting or x in ready),
-                                           map(_fourth, later))
-                    return itertools.chain([r], (x for x in rest if x is not r))
-        return itertools.chain(map(_second, firsts), (x for x in admitted if x in waiting or x in ready),
-                               map(_fourth, later))
+        order = itertools.chain(map(_second, firsts), (r for r in admitted if r in waiting or r in partial_set),
+                                map(_fourth, later))
+        if top is not None and now - top[3].arrival_time > self.STARVING * info[top[3]][0]:
+            first = top[3]
+            order = itertools.chain([first], (r for r in order if r is not first))
+        return order
