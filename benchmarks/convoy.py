@@ -143,6 +143,7 @@ def engine_flags(ns, profile_dir: str, prefill_cache_dir: str) -> list[str]:
         "--max-model-len", str(ns.max_model_len), "--max-num-seqs", str(ns.max_num_seqs),
         "--min-seq-bucket", str(ns.max_num_seqs), "--min-page-bucket", str(min(pages_per_seq, ns.num_pages)),
         "--min-token-bucket", str(ns.min_token_bucket), "--max-num-batched-tokens", str(ns.max_num_batched_tokens),
+        "--no-background-compile",  # every bucket before the clock starts: compiles would compete with the workload
         "--profile-dir", profile_dir, "--prefill-cache-dir", prefill_cache_dir,
     ]
 

@@ -51,7 +51,12 @@ class EngineConfig:
     compilation_cache_dir: str | None = "~/.cache/medha_jax/xla"
     """Persistent XLA compilation cache, so a restart with the same model and shapes skips compiling; None disables."""
     warmup: bool = True
-    """Compile every shape bucket before serving (with a progress bar)."""
+    """Compile shape buckets at start-up (with background_compile: the one every batch fits; else
+    all of them, with a progress bar). Without it every new shape compiles when first needed."""
+    background_compile: bool = True
+    """Start serving after compiling only the bucket every batch fits, and compile the other buckets
+    in a background thread, smallest first; until its own bucket is ready a batch runs padded in
+    the cheapest compiled bucket that holds it. Off: every bucket before serving."""
     profile_dir: str = "~/.cache/medha_jax/profiles"
     """Where runtime-predictor profiles live (written by `python -m medha_jax.profile`). A policy that
     needs one and finds none measures a quick profile at start-up and saves it here."""

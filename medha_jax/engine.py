@@ -155,7 +155,10 @@ class Engine:
         return EngineStats(num_waiting=sched.num_waiting, num_running=sched.num_running,
                            free_kv_pages=kv.num_free_pages, total_kv_pages=kv.num_total_pages,
                            page_size=kv.page_size, max_tokens_per_request=kv.max_tokens_per_request,
-                           last_iteration_time=self.last_iteration_time)
+                           last_iteration_time=self.last_iteration_time,
+                           buckets_compiled=len(self.executor._compiled),
+                           buckets_total=self.executor.num_buckets,
+                           padded_ticks=self.executor.padded_ticks)
 
     # ---- the loop ------------------------------------------------------------------------
     def has_unfinished(self) -> bool:
@@ -205,7 +208,9 @@ class Engine:
         return outs
 
     def close(self) -> None:
-        """Release the device side: on a multi-host leader, tell the followers to exit."""
+        """Release the device side: stop compiling in the background; on a multi-host leader,
+        tell the followers to exit."""
+        self.executor.close()
         if self.executor.channel is not None:
             self.executor.channel.send("shutdown")
             self.executor.channel = None

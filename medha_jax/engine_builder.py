@@ -1,9 +1,11 @@
 """Builds an engine's parts from its configs: mesh -> model + tokenizer -> executor -> KV pages -> scheduler.
 
   build_device_side: [jax.distributed] -> mesh ("tp=..,spp=..,kvp=.." or "preset:NAME")
-                     -> params -> Executor (warmed up)           every process of a mesh
+                     -> params -> Executor (warmed up: every bucket, or on the leader with
+                     background_compile only the one every batch fits)  every process of a mesh
   build_engine_parts: device side + KVCacheManager (kvp groups, progressive onboarding)
-                     + predictor + scheduler                      the leader / single process
+                     + predictor (measured now if none is on disk) + scheduler
+                     -> the background compiler starts                 the leader / single process
 
 Separated from the engine loop so the loop reads in one sitting, and so tools (profile,
 benchmarks) and multi-host followers can build the same parts without the request lifecycle.
@@ -143,8 +145,8 @@ def build_device_side(config: EngineConfig, scfg: SchedulerConfig) -> DeviceSide
         attention_fn=resolve_attention_backend(config.attention_backend),
         group_tokens=group_tokens, channel=multihost.Channel() if leader else None,
     )
-    if config.warmup:
-        executor.warmup(progress=True)
+    if config.warmup:  # a multi-host follower replays the leader's buckets: it compiles them all first
+        executor.warmup(progress=True, background=config.background_compile and jax.process_index() == 0)
     return DeviceSide(model_config, tokenizer, mesh, executor, max_model_len, kv_manager)
 
 
@@ -163,5 +165,6 @@ def build_engine_parts(config: EngineConfig, scheduler_config: SchedulerConfig |
     cache = getattr(scheduler.policy, "cache", None)
     if cache is not None:  # Algorithm 3's prefill-time table, so no request pays for building it
         cache.build(dev.max_model_len)
+    dev.executor.start_background()  # after profiling: compiles would have skewed its timings
     return EngineParts(dev.model_config, dev.tokenizer, dev.mesh, kv_manager, scheduler, scfg, dev.executor,
                        predictor, dev.max_model_len, frozenset(eos_ids))

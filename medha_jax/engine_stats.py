@@ -27,3 +27,9 @@ class EngineStats:
     """Most tokens (prompt + output) one request's KV can ever hold."""
     last_iteration_time: float | None
     """Wall seconds of the latest engine iteration (None before the first)."""
+    buckets_compiled: int = 0
+    """Shape buckets compiled so far (the background compiler adds to it while serving)."""
+    buckets_total: int = 0
+    """Shape buckets of the ladders (the ones beyond the background compiler's eager set compile when first needed)."""
+    padded_ticks: int = 0
+    """Iterations run in a larger compiled bucket because their own was not compiled yet."""

@@ -1,7 +1,7 @@
 """`python -m medha_jax.profile`: measure this device's iteration times and fit the runtime predictor.
 
-  flags (same as serve/LLM) -> engine parts (fcfs, no predictor) -> warmed executor
-  -> composition grid -> measured samples (progress bar) -> fit; held-out MAPE by 5-fold cross-validation
+  flags (same as serve/LLM) -> engine parts (fcfs, no predictor, nothing compiled yet)
+  -> composition grid -> its buckets compiled, measured samples (progress bar) -> fit; held-out MAPE by 5-fold cross-validation
   -> profile JSON in --profile-dir, keyed by model, mesh, dtype and device
 
 The LARS/EDF/LRS schedulers of an engine with the same key load this file at start-up.
@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3, help="timed runs per composition (the median is kept)")
     ap.add_argument("--quick", action="store_true", help="a third of the grid (what start-up profiling uses)")
     ns = ap.parse_args(argv)
-    ecfg = dataclass_from_args(EngineConfig, ns)
+    ecfg = dataclasses.replace(dataclass_from_args(EngineConfig, ns), warmup=False)  # measure compiles its buckets
     scfg = dataclasses.replace(dataclass_from_args(SchedulerConfig, ns), policy="fcfs")
 
     from medha_jax.engine_builder import build_engine_parts, profile_key_for

@@ -2,6 +2,7 @@
 
   composition grid (prefill chunks x KV lengths, decode batches x KV lengths, hybrids)
     -> synthetic StepInput over scratch pages of the (idle) KV cache
+    -> each composition's own bucket compiled (part of start-up, not counted as a serving compile)
     -> Executor.execute (the same compiled step that serves): one warm-up pass, then `repeats`
        shuffled rounds over every composition, median per composition (with a stream pipeline:
        steady-state ticks, every stage holding the composition)
@@ -50,6 +51,23 @@ def composition_grid(max_tokens: int, max_seqs: int, max_kv: int, *, quick: bool
     return comps
 
 
+def in_few_buckets(comps: list[Composition], bucket_of, max_buckets: int) -> list[Composition]:
+    """The compositions that fall in at most `max_buckets` shape buckets, so that measuring them
+    compiles few programs: per token size the bucket holding the most compositions (the model's
+    token terms need every size), then the fullest remaining buckets. bucket_of: composition -> bucket."""
+    by_bucket: dict = {}
+    for c in comps:
+        by_bucket.setdefault(bucket_of(c), []).append(c)
+    fullest = sorted(by_bucket, key=lambda b: (-len(by_bucket[b]), b.tokens, b.seqs, b.pages))
+    chosen: list = []
+    for tokens in sorted({b.tokens for b in by_bucket}):
+        chosen.append(next(b for b in fullest if b.tokens == tokens))
+    chosen = chosen[:max_buckets]
+    chosen += [b for b in fullest if b not in chosen][: max_buckets - len(chosen)]
+    keep = set(chosen)
+    return [c for c in comps if bucket_of(c) in keep]
+
+
 def synthetic_batch(comp: Composition, page_size: int, group_pages: int, vocab_size: int) -> StepInput:
     """A step with the given composition whose sequences share scratch pages of kvp group 0
     (values don't matter); group_pages: the pages one kvp group holds."""
@@ -74,6 +92,8 @@ def measure(executor, comps: Iterable[Composition], *, vocab_size: int, repeats:
     comps = list(comps)
     group_pages = executor.total_pages // executor.kvp
     batches = [synthetic_batch(c, executor.page_size, group_pages, vocab_size) for c in comps]
+    for b in dict.fromkeys(executor.ladders.pick(s.num_tokens, len(s.seqs), s.max_pages) for s in batches):
+        executor.compile_bucket(b)  # each composition timed in its own bucket, not padded into a compiled one
     pipelined = getattr(executor, "depth", 1) > 1
     bar = None
     if progress:
@@ -130,9 +150,14 @@ def fit_with_holdout(samples, *, folds: int = 5, seed: int = 0, key=None):
     return RuntimePredictor.fit(samples, key=key), errs / len(samples)
 
 
+QUICK_PROFILE_BUCKETS = 6
+"""Shape buckets the start-up profile compiles and measures in (each costs a compile before serving)."""
+
+
 def get_predictor(engine_config, scheduler_config, executor, key, vocab_size: int, max_model_len: int):
     """The profile for `key` from engine_config.profile_dir; for a time-budget policy with none on
-    disk, measure a quick one now (and save it). fcfs without a profile runs with no predictor."""
+    disk, measure a quick one now (and save it): the compositions of the full grid that fall in
+    QUICK_PROFILE_BUCKETS buckets (`in_few_buckets`). fcfs without a profile runs with no predictor."""
     import logging
     import os
 
@@ -146,7 +171,11 @@ def get_predictor(engine_config, scheduler_config, executor, key, vocab_size: in
     logging.getLogger(__name__).warning("no runtime profile at %s; measuring a quick one", path)
     ladders = executor.ladders
     comps = composition_grid(ladders.tokens[-1], ladders.seqs[-1],
-                             min(max_model_len, ladders.pages[-1] * executor.page_size), quick=True)
+                             min(max_model_len, ladders.pages[-1] * executor.page_size))
+    page = executor.page_size
+    comps = in_few_buckets(comps, lambda c: ladders.pick(c.num_tokens, len(c.seqs),
+                                                         max(-(-(q + kv) // page) for q, kv in c.seqs)),
+                           QUICK_PROFILE_BUCKETS)
     samples = measure(executor, comps, vocab_size=vocab_size, repeats=2)
     predictor, held_out = fit_with_holdout(samples, key=key)
     predictor.fit_info["held_out_mape"] = held_out

@@ -38,6 +38,8 @@ class EngineCollector:
             ("medha_kv_total_pages", "Total KV-cache pages (all kvp groups).", st.total_kv_pages),
             ("medha_last_iteration_seconds", "Wall time of the latest engine iteration.", st.last_iteration_time or 0.0),
             ("medha_engine_serving", "1 while the engine accepts requests.", 1 if self.async_engine.accepting else 0),
+            ("medha_buckets_compiled", "Shape buckets compiled (grows while the background compiler works).", st.buckets_compiled),
+            ("medha_buckets_total", "Shape buckets of the ladders.", st.buckets_total),
         ]
         for name, doc, value in values:
             g = GaugeMetricFamily(name, doc)
@@ -45,6 +47,9 @@ class EngineCollector:
             yield g
         c = CounterMetricFamily("medha_recompilations", "XLA compilations after warm-up (should stay 0).")
         c.add_metric([], float(getattr(eng.executor, "compiles_after_warmup", 0)))
+        yield c
+        c = CounterMetricFamily("medha_padded_iterations", "Iterations run in a larger bucket while theirs compiled.")
+        c.add_metric([], float(st.padded_ticks))
         yield c
         c = CounterMetricFamily("medha_engine_iterations", "Engine iterations run.")
         c.add_metric([], float(getattr(eng, "num_iterations", 0)))

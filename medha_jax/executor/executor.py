@@ -2,7 +2,10 @@
 
 Owns the device state (params, the donated paged KV cache, the pipeline activations) and one
 ahead-of-time compiled executable per shape bucket. `warmup()` compiles every bucket (with a
-progress bar); after it a batch that needs a new bucket is compiled on the spot and counted in
+progress bar), or with `background=True` only the bucket every batch fits before returning and the
+rest in a background thread (`background_compile`): until a tick's own bucket is ready it runs
+padded in the cheapest compiled bucket that holds it (`runnable`). After warm-up a tick that
+finds no compiled bucket holding it is compiled on the spot and counted in
 `compiles_after_warmup`, and every XLA compile in the process is counted by `compile_events` (a
 jax.monitoring listener), so tests can assert a running engine compiles nothing.
 
@@ -29,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from medha_jax.executor.background_compile import BackgroundCompiler, bucket_cost
 from medha_jax.executor.buckets import Bucket, BucketLadders
 from medha_jax.executor.packing import MODEL_FIELDS, SAMPLING_FIELDS, PackedBatch, pack_batch
 from medha_jax.executor.pipeline_slots import Microbatch, PipelineSlots, TickPlan, bucket_of
@@ -87,9 +91,12 @@ class Executor:
         self._shardings = {f: NamedSharding(mesh, getattr(specs, f)) for f in MODEL_FIELDS}
         self._shardings.update({f: NamedSharding(mesh, P()) for f in SAMPLING_FIELDS})
         self._multiprocess = jax.process_count() > 1
-        self._compiled: dict[Bucket, object] = {}
+        self._compiled: dict[Bucket, object] = {}  # written by the engine thread and the background compiler
+        self.background: BackgroundCompiler | None = None
         self.warmed_up = False
         self.compiles_after_warmup = 0
+        self.padded_ticks = 0  # ticks run in a larger bucket while theirs was compiling
+        self.num_buckets = len(ladders.all_buckets())
 
     # ---- compilation -------------------------------------------------------------------
     def _abstract_args(self, b: Bucket):
@@ -106,14 +113,34 @@ class Executor:
                               sd((b.seqs,), jnp.uint32), sd((b.seqs,), i32))
         return self.params, self.kv_k, self.kv_v, self.acts, inp, samp
 
-    def _compile(self, b: Bucket):
+    def compile_bucket(self, b: Bucket):
+        """The executable for bucket b, compiled now unless it already is."""
         exe = self._compiled.get(b)
         if exe is None:
-            if self.warmed_up:
-                self.compiles_after_warmup += 1
             exe = self._jitted.lower(*self._abstract_args(b)).compile()
             self._compiled[b] = exe
         return exe
+
+    def _compile(self, b: Bucket):
+        """compile_bucket for a tick about to run (a compile here after warm-up is counted)."""
+        if self.warmed_up and b not in self._compiled:
+            self.compiles_after_warmup += 1
+        return self.compile_bucket(b)
+
+    def runnable(self, b: Bucket) -> Bucket:
+        """The bucket a tick that needs b runs in: b once compiled; while the background compiler
+        is running, the cheapest compiled bucket holding b (padding costs time, a compile costs
+        seconds) while b is compiled next in the background; b itself (compiled on the spot)
+        when none holds it."""
+        if b in self._compiled or self.background is None or self.background.finished:
+            return b
+        holders = [c for c in tuple(self._compiled)
+                   if c.tokens >= b.tokens and c.seqs >= b.seqs and c.pages >= b.pages]
+        if not holders:
+            return b
+        self.background.want(b)
+        self.padded_ticks += 1
+        return min(holders, key=bucket_cost)
 
     def precompile(self, buckets) -> int:
         """Compile these buckets now (a caller that knows its shapes warms up only those);
@@ -123,18 +150,48 @@ class Executor:
             self._compile(b)
         return len(new)
 
-    def warmup(self, progress: bool = True) -> int:
-        """Compile every bucket; returns how many. Shows a progress bar when asked."""
+    EAGER_BUCKETS = 64
+    """With a background compiler: buckets compiled unasked (the cheapest); the others when first needed."""
+
+    def warmup(self, progress: bool = True, background: bool = False) -> int:
+        """Compile every bucket (background=False), or only the one every batch fits and prepare
+        a background compiler for the others (background=True; `start_background` starts it once
+        start-up profiling, which must not share the device with compiles, is over: the
+        EAGER_BUCKETS cheapest at once, the rest when a tick first needs them); returns how many
+        buckets were compiled. Shows a progress bar when asked."""
         buckets = self.ladders.all_buckets()
+        if background:
+            l = self.ladders
+            cover = Bucket(l.tokens[-1], l.seqs[-1], l.pages[-1])
+            self.compile_bucket(cover)
+            self.warmed_up = True
+            rest = [b for b in buckets if b not in self._compiled]
+            self.background = BackgroundCompiler(self, rest, eager=self.EAGER_BUCKETS)
+            return 1
         it = buckets
         if progress:
             from tqdm import tqdm
 
             it = tqdm(buckets, desc="compiling shape buckets", unit="bucket")
         for b in it:
-            self._compile(b)
+            self.compile_bucket(b)
         self.warmed_up = True
         return len(buckets)
+
+    def start_background(self) -> None:
+        """Start the background compiler that warmup(background=True) prepared (if any)."""
+        bc = self.background
+        if bc is not None and not bc._thread.is_alive() and not bc.finished:
+            bc.start()
+
+    def wait_compiled(self, timeout: float | None = None) -> bool:
+        """Block until the background compiler (if any) has nothing left to compile."""
+        return self.background is None or self.background.wait(timeout)
+
+    def close(self) -> None:
+        """Stop the background compiler at its next bucket."""
+        if self.background is not None:
+            self.background.stop()
 
     # ---- device state ------------------------------------------------------------------
     def kv_cache_lost(self) -> bool:
@@ -186,7 +243,7 @@ class Executor:
 
     def _advance(self, step: StepInput | None):
         new = Microbatch(step, self.pack(step)) if step is not None and step.seqs else None
-        plan = self.pipe.plan(new)
+        plan = self.pipe.plan(new, self.runnable)
         if plan is None:
             return None, None
         self._send("run", plan.arrays)

@@ -2,7 +2,8 @@
 
   Executor.tick(step input) -> PipelineSlots.plan(new microbatch | None)
       stages = [new] + stages of the last tick minus the one that left the last stage
-      bucket = elementwise max of the live microbatches' buckets (every row padded to it)
+      bucket = elementwise max of the live microbatches' buckets, or a compiled one holding it
+               while the rest still compile (Executor.runnable); every row padded to it
       inputs = every ModelInputs field stacked over stages: row s -> stage s      [spp, ...]
       sampling arrays of the microbatch at the last stage (it exits this tick)
   -> compiled tick -> PipelineSlots.commit(plan)
@@ -62,14 +63,15 @@ class PipelineSlots:
     def is_empty(self) -> bool:
         return all(m is None for m in self.stages[:-1])
 
-    def plan(self, new: Microbatch | None) -> TickPlan | None:
-        """The next tick with `new` entering stage 0; None when no stage would have work."""
+    def plan(self, new: Microbatch | None, runnable=None) -> TickPlan | None:
+        """The next tick with `new` entering stage 0; None when no stage would have work.
+        runnable: the bucket a tick needing a given bucket runs in (default: that bucket)."""
         stages = [new] + self.stages[:-1]
         live = [m.packed.bucket for m in stages if m is not None]
         if not live:
             return None
         T, S, P = (max(b.tokens for b in live), max(b.seqs for b in live), max(b.pages for b in live))
-        bucket = Bucket(T, S, P)
+        bucket = Bucket(T, S, P) if runnable is None else runnable(Bucket(T, S, P))
         rows = [pad_to(m.packed, bucket) if m is not None else _empty(bucket, self.kvp) for m in stages]
         arrays = {f: np.stack([getattr(r, f) for r in rows]) for f in MODEL_FIELDS}
         arrays.update({f: getattr(rows[-1], f) for f in SAMPLING_FIELDS})

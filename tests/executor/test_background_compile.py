@@ -1,0 +1,94 @@
+"""Serving while the shape buckets compile in the background: same tokens, no tick waits on a compile.
+
+The reference is the same engine with every bucket compiled before serving (background_compile
+off): padding a batch into a larger compiled bucket must not change a single greedy token.
+"""
+
+import pytest
+
+from medha_jax import LLM, SamplingParams
+from medha_jax.executor.background_compile import BackgroundCompiler
+from medha_jax.executor.buckets import Bucket
+from medha_jax.executor.executor import compile_events
+
+KW = dict(model="demo", scheduler="fcfs", num_devices=1, max_model_len=256, num_pages=64, page_size=16,
+          max_num_batched_tokens=64, max_num_seqs=8, min_token_bucket=16, min_page_bucket=4)
+PROMPTS = [bytes(range(40, 40 + n)).decode("latin-1") for n in (3, 17, 60, 120, 1, 90)]
+GREEDY = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
+
+
+@pytest.fixture(scope="module")
+def reference():
+    llm = LLM(background_compile=False, **KW)
+    ex = llm.engine.executor
+    assert ex.background is None and len(ex._compiled) == len(ex.ladders.all_buckets())
+    outs = llm.generate(PROMPTS, GREEDY)
+    llm.close()
+    return [o.token_ids for o in outs]
+
+
+def test_serving_pads_into_the_cover_bucket_while_the_rest_still_compile(reference):
+    llm = LLM(warmup=False, **KW)
+    ex = llm.engine.executor
+    l = ex.ladders
+    cover = Bucket(l.tokens[-1], l.seqs[-1], l.pages[-1])
+    ex.compile_bucket(cover)  # what warmup(background=True) compiles before serving
+    ex.warmed_up = True
+    ex.background = BackgroundCompiler(ex, [b for b in l.all_buckets() if b != cover])  # not started: still at work
+    events = compile_events()
+    outs = llm.generate(PROMPTS, GREEDY)
+    assert compile_events() == events and ex.compiles_after_warmup == 0  # every tick padded, none compiled
+    assert set(ex._compiled) == {cover}
+    assert [o.token_ids for o in outs] == reference
+    llm.close()
+
+
+def test_background_compiler_finishes_and_then_every_tick_runs_in_its_own_bucket(reference):
+    llm = LLM(**KW)
+    ex = llm.engine.executor
+    assert ex.wait_compiled(600) and ex.background.error is None
+    assert set(ex._compiled) == set(ex.ladders.all_buckets())
+    assert all(ex.runnable(b) == b for b in ex.ladders.all_buckets())
+    events = compile_events()
+    outs = llm.generate(PROMPTS, GREEDY)
+    assert compile_events() == events and ex.compiles_after_warmup == 0
+    assert [o.token_ids for o in outs] == reference
+    llm.close()
+
+
+def test_close_stops_the_background_compiler_at_its_next_bucket():
+    llm = LLM(warmup=False, **KW)
+    ex = llm.engine.executor
+    ex.background = bc = BackgroundCompiler(ex, ex.ladders.all_buckets())
+    llm.close()
+    bc.start()
+    assert bc.wait(60) and bc.done == 0 and not ex._compiled
+
+
+def test_runnable_picks_the_cheapest_compiled_bucket_that_holds_the_tick():
+    llm = LLM(warmup=False, **KW)
+    ex = llm.engine.executor
+    big, wide, need = Bucket(64, 8, 16), Bucket(32, 4, 16), Bucket(16, 4, 8)
+    for b in (big, wide):
+        ex.compile_bucket(b)
+    ex.background = BackgroundCompiler(ex, [])  # not started: "still compiling"
+    assert ex.runnable(need) == wide  # both hold it; wide pads less
+    assert ex.runnable(Bucket(64, 4, 8)) == big  # only big holds 64 tokens
+    assert ex.runnable(Bucket(128, 4, 8)) == Bucket(128, 4, 8)  # none holds it: compiled on the spot
+    assert ex.runnable(big) == big
+
+
+def test_a_program_that_ends_while_buckets_compile_exits_cleanly(tmp_path):
+    """The interpreter's exit waits for the compile in progress (tearing XLA down under it crashed
+    the process with SIGSEGV after the user's program had finished)."""
+    import os
+    import subprocess
+    import sys
+
+    code = (f"from medha_jax import LLM, SamplingParams\n"
+            f"llm = LLM(**{KW!r})\n"
+            f"assert llm.engine.executor.background.total > 1\n"
+            f"print(llm.generate(['Hi'], SamplingParams(max_tokens=2))[0].token_ids)\n")
+    env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(tmp_path / "xla"))  # cold: compiles take seconds
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
