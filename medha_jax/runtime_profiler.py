@@ -150,7 +150,7 @@ def fit_with_holdout(samples, *, folds: int = 5, seed: int = 0, key=None):
     return RuntimePredictor.fit(samples, key=key), errs / len(samples)
 
 
-QUICK_PROFILE_BUCKETS = 6
+QUICK_PROFILE_BUCKETS = 9
 """Shape buckets the start-up profile compiles and measures in (each costs a compile before serving)."""
 
 

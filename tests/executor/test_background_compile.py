@@ -92,3 +92,22 @@ def test_a_program_that_ends_while_buckets_compile_exits_cleanly(tmp_path):
     env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(tmp_path / "xla"))  # cold: compiles take seconds
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
+
+
+def test_the_start_up_profile_measures_in_few_buckets_and_every_token_size():
+    from medha_jax.executor.buckets import BucketLadders
+    from medha_jax.runtime_profiler import composition_grid, in_few_buckets
+
+    ladders = BucketLadders.build(max_tokens=512, max_seqs=16, max_pages=256, min_tokens=32, min_pages=32)
+
+    def bucket_of(c):
+        return ladders.pick(c.num_tokens, len(c.seqs), max(-(-(q + kv) // 16) for q, kv in c.seqs))
+
+    comps = composition_grid(512, 16, 4096)
+    assert len({bucket_of(c) for c in comps}) > 20
+    kept = in_few_buckets(comps, bucket_of, 9)
+    buckets = {bucket_of(c) for c in kept}
+    assert len(buckets) == 9
+    assert {b.tokens for b in buckets} == set(ladders.tokens)  # every chunk size is measured
+    assert [c for c in comps if bucket_of(c) in buckets] == kept  # every composition of a chosen bucket, in order
+    assert len(kept) > len(comps) // 3
