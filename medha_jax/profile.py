@@ -16,7 +16,7 @@ import sys
 
 from medha_jax.cli_args import add_dataclass_args, dataclass_from_args
 from medha_jax.config import EngineConfig
-from medha_jax.runtime_profiler import composition_grid, fit_with_holdout, measure
+from medha_jax.runtime_profiler import composition_grid, fit_with_holdout, measure, profile_max_kv
 from medha_jax.scheduler import SchedulerConfig
 from medha_jax.scheduler.predictor import profile_path
 
@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     parts = build_engine_parts(ecfg, scfg)
     ex = parts.executor
     comps = composition_grid(ex.ladders.tokens[-1], ex.ladders.seqs[-1],
-                             min(parts.max_model_len, ex.ladders.pages[-1] * ex.page_size), quick=ns.quick)
+                             profile_max_kv(ex, parts.max_model_len), quick=ns.quick)
     samples = measure(ex, comps, vocab_size=parts.model_config.vocab_size, repeats=ns.repeats)
     key = profile_key_for(ecfg, parts.mesh)
     predictor, held_out = fit_with_holdout(samples, key=key)

@@ -68,6 +68,13 @@ def in_few_buckets(comps: list[Composition], bucket_of, max_buckets: int) -> lis
     return [c for c in comps if bucket_of(c) in keep]
 
 
+def profile_max_kv(executor, max_model_len: int) -> int:
+    """Longest context a profiled composition may have: the model's limit, the largest page-table
+    bucket, and one kvp group's pages (synthetic batches live on group 0's scratch pages)."""
+    ps = executor.page_size
+    return min(max_model_len, executor.ladders.pages[-1] * ps, executor.total_pages // executor.kvp * ps)
+
+
 def synthetic_batch(comp: Composition, page_size: int, group_pages: int, vocab_size: int) -> StepInput:
     """A step with the given composition whose sequences share scratch pages of kvp group 0
     (values don't matter); group_pages: the pages one kvp group holds."""
@@ -171,7 +178,7 @@ def get_predictor(engine_config, scheduler_config, executor, key, vocab_size: in
     logging.getLogger(__name__).warning("no runtime profile at %s; measuring a quick one", path)
     ladders = executor.ladders
     comps = composition_grid(ladders.tokens[-1], ladders.seqs[-1],
-                             min(max_model_len, ladders.pages[-1] * executor.page_size))
+                             profile_max_kv(executor, max_model_len))
     page = executor.page_size
     comps = in_few_buckets(comps, lambda c: ladders.pick(c.num_tokens, len(c.seqs),
                                                          max(-(-(q + kv) // page) for q, kv in c.seqs)),

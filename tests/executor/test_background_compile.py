@@ -111,3 +111,13 @@ def test_the_start_up_profile_measures_in_few_buckets_and_every_token_size():
     assert {b.tokens for b in buckets} == set(ladders.tokens)  # every chunk size is measured
     assert [c for c in comps if bucket_of(c) in buckets] == kept  # every composition of a chosen bucket, in order
     assert len(kept) > len(comps) // 3
+
+
+def test_the_start_up_profile_fits_a_kv_pool_that_is_not_a_power_of_two(tmp_path):
+    """70 pages per group: the page-table ladder reaches 128, the compositions must stay within the
+    70 pages synthetic batches can use (a cold start failed with 'needs 124 pages per sequence')."""
+    kw = {**KW, "scheduler": "slo", "num_pages": 70, "max_model_len": 2048, "profile_dir": str(tmp_path)}
+    llm = LLM(**kw)
+    assert llm.engine.scheduler.predictor is not None
+    assert llm.generate(["Hi"], GREEDY)[0].token_ids
+    llm.close()
