@@ -1,0 +1,193 @@
+"""medha-jax against Hugging Face transformers on the same CPU job, same run, interleaved.
+
+    python benchmarks/vs_hf.py --hf-python /work/hf311/bin/python     # results/vs_hf_cpu.{json,md}
+    python benchmarks/vs_hf.py --hf-python ... --small                 # seconds: a code-path check
+
+Needs a second Python with torch and transformers (`python3.11 -m venv V && V/bin/pip install
+torch==2.13.0 transformers`); it runs benchmarks/hf_worker.py.
+
+Data flow: the HF worker makes a random Llama with transformers (LLAMA_31M: 8 layers, hidden 512,
+GQA 8:2, vocab 8192, float32; max_position_embeddings 32768) and saves it as safetensors -> both
+systems load that directory (medha-jax: `LLM(model=dir, dtype="float32")`, every other setting
+its default, num_pages raised only so one 16K-token prompt fits) -> one untimed pass of every
+job on each (compiles; medha-jax then waits for its background compiler) -> `repeats` rounds, each
+running every job on both systems, the order reversed every other round ->
+  offline: 16 prompts x 512 tokens, 64 new, greedy (HF: one `generate` call on the batch)
+  prefill: one prompt of 2K / 8K / 16K tokens, max_tokens=1 (HF: one forward, last logits only)
+-> medians, medha-jax / HF throughput ratios, greedy-token agreement, load averages ->
+results/vs_hf_cpu.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from dummy_models import LLAMA_31M, TINY, write_model_dir  # noqa: E402
+from scheduler_overhead import cpu_model  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+HERE = Path(__file__).resolve().parent
+
+
+class HFWorker:
+    def __init__(self, python: str):
+        self.p = subprocess.Popen([python, str(HERE / "hf_worker.py")], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": ""})
+
+    def call(self, **msg) -> dict:
+        self.p.stdin.write(json.dumps(msg) + "\n")
+        self.p.stdin.flush()
+        line = self.p.stdout.readline()
+        if not line:
+            raise RuntimeError("the Hugging Face worker died (see its stderr above)")
+        reply = json.loads(line)
+        if "error" in reply:
+            raise RuntimeError(reply["error"])
+        return reply
+
+    def close(self) -> None:
+        self.p.stdin.close()
+        self.p.wait(60)
+
+
+def hf_config(cfg: dict) -> dict:
+    keep = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+            "head_dim", "vocab_size", "rms_norm_eps", "rope_theta", "max_position_embeddings", "tie_word_embeddings",
+            "bos_token_id", "eos_token_id", "rope_scaling", "hidden_act")
+    return {k: cfg[k] for k in keep if k in cfg}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--hf-python", required=True, help="a Python with torch and transformers")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--prefill-lens", default="2048,8192,16384")
+    ap.add_argument("--small", action="store_true", help="tiny model and jobs: a code-path check")
+    ap.add_argument("--workdir", type=Path, default=Path("/tmp/medha_vs_hf"))
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--name", default=None)
+    args = ap.parse_args(argv)
+    cfg = {**(TINY if args.small else LLAMA_31M), "max_position_embeddings": 32768}
+    prompts, prompt_len, new_tokens = (4, 48, 8) if args.small else (16, 512, 64)
+    lens = [int(x) for x in args.prefill_lens.split(",")] if not args.small else [256, 1024]
+    log = lambda m: print(f"[vs_hf {time.strftime('%H:%M:%S')}] {m}", flush=True)  # noqa: E731
+
+    model_dir = write_model_dir(args.workdir, "tiny-hf" if args.small else "llama-31m-hf", cfg)  # tokenizer
+    hf = HFWorker(args.hf_python)
+    info = hf.call(op="info")
+    hf.call(op="make", dir=str(model_dir), config=hf_config(cfg), seed=0)
+    attn = hf.call(op="load", dir=str(model_dir))["attn"]
+    log(f"HF: torch {info['torch']}, transformers {info['transformers']}, {info['threads']} threads, attention {attn}")
+
+    from medha_jax import LLM, SamplingParams
+
+    pages = (max(lens) + 64) // 16 + 64
+    settings = dict(dtype="float32", num_pages=max(1024, pages), profile_dir=str(args.workdir / "profiles"),
+                    compilation_cache_dir=str(args.workdir / "xla"))
+    t0 = time.perf_counter()
+    llm = LLM(model=str(model_dir), **settings)
+    start_s = time.perf_counter() - t0
+    log(f"medha-jax up in {start_s:.1f} s")
+    V = cfg["vocab_size"]
+    job = [[(k * 7919 + i * 104729) % (V - 512) + 256 for i in range(prompt_len)] for k in range(prompts)]
+    longs = {n: [(i * 2654435761) % (V - 512) + 256 for i in range(n)] for n in lens}
+    sp_job = SamplingParams(max_tokens=new_tokens, temperature=0.0, ignore_eos=True)
+    sp_one = SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True)
+
+    def medha_offline():
+        t = time.perf_counter()
+        outs = llm.generate(job, sp_job)
+        return time.perf_counter() - t, [o.token_ids for o in outs]
+
+    def hf_offline():
+        r = hf.call(op="generate", prompts=job, max_new_tokens=new_tokens)
+        return r["seconds"], r["tokens"]
+
+    def medha_prefill(n):
+        t = time.perf_counter()
+        out = llm.generate([longs[n]], sp_one)[0]
+        return time.perf_counter() - t, out.token_ids[0]
+
+    def hf_prefill(n):
+        r = hf.call(op="prefill", prompt=longs[n])
+        return r["seconds"], r["token"]
+
+    jobs = [("offline", medha_offline, hf_offline)] + [
+        (f"prefill {n}", (lambda n=n: medha_prefill(n)), (lambda n=n: hf_prefill(n))) for n in lens]
+    load_before = os.getloadavg()
+    t0 = time.perf_counter()
+    for name, m, h in jobs:  # untimed: compiles (medha-jax), allocator warm-up (both)
+        m(), h()
+    llm.engine.executor.wait_compiled(1800)
+    log(f"untimed pass and background compiles done in {time.perf_counter() - t0:.1f} s")
+    compiles_before = llm.engine.executor.compiles_after_warmup
+    times = {name: {"medha": [], "hf": []} for name, _, _ in jobs}
+    agree = {}
+    for rep in range(args.repeats):
+        for name, m, h in jobs:
+            order = [("medha", m), ("hf", h)] if rep % 2 == 0 else [("hf", h), ("medha", m)]
+            res = {}
+            for who, fn in order:
+                sec, toks = fn()
+                times[name][who].append(sec)
+                res[who] = toks
+            agree[name] = res
+            log(f"round {rep + 1} {name}: medha {times[name]['medha'][-1]:.2f} s, hf {times[name]['hf'][-1]:.2f} s")
+    rows = []
+    for name, _, _ in jobs:
+        mm, hm = statistics.median(times[name]["medha"]), statistics.median(times[name]["hf"])
+        a = agree[name]
+        if name == "offline":
+            same = sum(x == y for x, y in zip(a["medha"], a["hf"]))
+            agreement = f"{same}/{len(a['hf'])} sequences identical"
+        else:
+            agreement = "same token" if a["medha"] == a["hf"] else "different token"
+        rows.append(dict(job=name, medha_s=mm, hf_s=hm, medha_runs=times[name]["medha"], hf_runs=times[name]["hf"],
+                         speedup=hm / mm, agreement=agreement))
+    report = dict(machine=f"{cpu_model()} x {os.cpu_count()} cores", load_before=load_before, load_after=os.getloadavg(),
+                  commit=subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                        cwd=HERE).stdout.strip(),
+                  hf=dict(info, attention=attn), medha_settings=settings, medha_start_s=start_s,
+                  compiles_in_timed_rounds=llm.engine.executor.compiles_after_warmup - compiles_before,
+                  model=cfg, repeats=args.repeats, rows=rows,
+                  command="python benchmarks/vs_hf.py " + " ".join(argv if argv is not None else sys.argv[1:]))
+    hf.close()
+    name = args.name or ("vs_hf_cpu_small" if args.small else "vs_hf_cpu")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"{name}.json").write_text(json.dumps(report, indent=1) + "\n")
+    lines = [f"# medha-jax vs Hugging Face transformers ({time.strftime('%Y-%m-%d')})", "",
+             f"`{report['command']}` at {report['commit']}. Machine: {report['machine']}; 1-min load average "
+             f"{load_before[0]:.1f} before, {report['load_after'][0]:.1f} after. torch {info['torch']} "
+             f"({info['threads']} threads, attention `{attn}`), transformers {info['transformers']}.", "",
+             f"Model: random Llama made with transformers ({cfg['num_hidden_layers']} layers, hidden "
+             f"{cfg['hidden_size']}, GQA {cfg['num_attention_heads']}:{cfg['num_key_value_heads']}, vocab "
+             f"{cfg['vocab_size']}, float32), the same safetensors for both. medha-jax: `LLM(model=dir, "
+             f"dtype=\"float32\", num_pages={settings['num_pages']})`, every other setting its default (scheduler, "
+             f"shape ladders, background compilation), started in {start_s:.1f} s. Offline: {prompts} prompts x "
+             f"{prompt_len} tokens, {new_tokens} new, greedy (HF: one `generate` on the batch). Prefill N: one "
+             f"prompt, max_tokens=1 (HF: one forward returning the last position's logits). Median of "
+             f"{args.repeats} rounds, systems interleaved, order reversed every other round; compiles during "
+             f"the timed rounds: {report['compiles_in_timed_rounds']}.", "",
+             "| job | medha-jax | Hugging Face | HF time / medha-jax time | greedy tokens | every run (medha / hf) |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        runs = ", ".join(f"{a:.2f}/{b:.2f}" for a, b in zip(r["medha_runs"], r["hf_runs"]))
+        lines.append(f"| {r['job']} | {r['medha_s']:.2f} s | {r['hf_s']:.2f} s | {r['speedup']:.2f}x | "
+                     f"{r['agreement']} | {runs} |")
+    (args.out / f"{name}.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
