@@ -1,9 +1,10 @@
 """Serve while compiling: the shape buckets other than the one every batch fits compile in a
-background thread, smallest first.
+background thread, cheapest first.
 
   Executor.warmup(background=True)
       compile cover = (largest tokens, largest seqs, largest pages)   before serving: every batch fits it
-      BackgroundCompiler(executor, the other buckets).start()
+      BackgroundCompiler(executor, the other buckets)
+  Executor.start_background()    (engine_builder: after the start-up profile, which must not share the device)
           thread: next bucket = the oldest one a tick asked for (want), else the cheapest of the
                   first `eager` buckets (smallest first) not compiled yet -> executor.compile_bucket(b)
                   (XLA compiles without holding the GIL, so the engine thread keeps stepping)
