@@ -54,9 +54,10 @@ class EngineConfig:
     """Compile shape buckets at start-up (with background_compile: the one every batch fits; else
     all of them, with a progress bar). Without it every new shape compiles when first needed."""
     background_compile: bool = True
-    """Start serving after compiling only the bucket every batch fits, and compile the other buckets
-    in a background thread, smallest first; until its own bucket is ready a batch runs padded in
-    the cheapest compiled bucket that holds it. Off: every bucket before serving."""
+    """Start serving after compiling only the bucket every batch fits; a background thread then
+    compiles the cheapest other buckets (64) and any bucket a batch needs; until its own bucket is
+    ready a batch runs padded in the cheapest compiled bucket that holds it. Off: every bucket
+    before serving (benchmarks: no compiles during a timed run)."""
     profile_dir: str = "~/.cache/medha_jax/profiles"
     """Where runtime-predictor profiles live (written by `python -m medha_jax.profile`). A policy that
     needs one and finds none measures a quick profile at start-up and saves it here."""
