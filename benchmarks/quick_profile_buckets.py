@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from medha_jax.executor.buckets import BucketLadders  # noqa: E402
-from medha_jax.runtime_profiler import fit_with_holdout, in_few_buckets  # noqa: E402
+from medha_jax.runtime_profiler import composition_bucket, fit_with_holdout, in_few_buckets  # noqa: E402
 from medha_jax.scheduler import RuntimePredictor  # noqa: E402
 from medha_jax.scheduler.records import Composition  # noqa: E402
 
@@ -39,10 +39,8 @@ def main(argv=None) -> int:
     data = json.loads(args.profile.read_text())
     samples = [(Composition.from_json(c), t) for c, t in data["samples"]]
     ladders = BucketLadders.build(max_tokens=args.max_tokens, max_seqs=args.max_seqs, max_pages=args.max_pages)
-    ps = args.page_size
-
     def bucket_of(c):
-        return ladders.pick(c.num_tokens, len(c.seqs), max(-(-(q + kv) // ps) for q, kv in c.seqs))
+        return composition_bucket(ladders, args.page_size, c)
 
     print(f"{args.profile.name}: {len(samples)} samples in {len({bucket_of(c) for c, _ in samples})} buckets; "
           f"all of them, 5-fold held-out MAPE {100 * fit_with_holdout(samples)[1]:.1f}%")

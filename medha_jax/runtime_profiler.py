@@ -68,6 +68,11 @@ def in_few_buckets(comps: list[Composition], bucket_of, max_buckets: int) -> lis
     return [c for c in comps if bucket_of(c) in keep]
 
 
+def composition_bucket(ladders, page_size: int, comp: Composition):
+    """The shape bucket a composition runs in (each sequence's page table covers its q + kv tokens)."""
+    return ladders.pick(comp.num_tokens, len(comp.seqs), max(-(-(q + kv) // page_size) for q, kv in comp.seqs))
+
+
 def profile_max_kv(executor, max_model_len: int) -> int:
     """Longest context a profiled composition may have: the model's limit, the largest page-table
     bucket, and one kvp group's pages (synthetic batches live on group 0's scratch pages)."""
@@ -99,7 +104,7 @@ def measure(executor, comps: Iterable[Composition], *, vocab_size: int, repeats:
     comps = list(comps)
     group_pages = executor.total_pages // executor.kvp
     batches = [synthetic_batch(c, executor.page_size, group_pages, vocab_size) for c in comps]
-    for b in dict.fromkeys(executor.ladders.pick(s.num_tokens, len(s.seqs), s.max_pages) for s in batches):
+    for b in dict.fromkeys(composition_bucket(executor.ladders, executor.page_size, c) for c in comps):
         executor.compile_bucket(b)  # each composition timed in its own bucket, not padded into a compiled one
     pipelined = getattr(executor, "depth", 1) > 1
     bar = None
@@ -179,10 +184,7 @@ def get_predictor(engine_config, scheduler_config, executor, key, vocab_size: in
     ladders = executor.ladders
     comps = composition_grid(ladders.tokens[-1], ladders.seqs[-1],
                              profile_max_kv(executor, max_model_len))
-    page = executor.page_size
-    comps = in_few_buckets(comps, lambda c: ladders.pick(c.num_tokens, len(c.seqs),
-                                                         max(-(-(q + kv) // page) for q, kv in c.seqs)),
-                           QUICK_PROFILE_BUCKETS)
+    comps = in_few_buckets(comps, lambda c: composition_bucket(ladders, executor.page_size, c), QUICK_PROFILE_BUCKETS)
     samples = measure(executor, comps, vocab_size=vocab_size, repeats=2)
     predictor, held_out = fit_with_holdout(samples, key=key)
     predictor.fit_info["held_out_mape"] = held_out

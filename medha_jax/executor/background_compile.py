@@ -64,7 +64,6 @@ class BackgroundCompiler:
         self.current: Bucket | None = None  # being compiled
         self.done = 0
         self.error: BaseException | None = None
-        self.seconds = 0.0
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._finished = threading.Event()
@@ -76,8 +75,10 @@ class BackgroundCompiler:
         return self.done + len(self.eager) + len(self.wanted)
 
     def start(self) -> "BackgroundCompiler":
-        _live.add(self)
-        self._thread.start()
+        """Start the thread (a second call does nothing)."""
+        if self not in _live:
+            _live.add(self)
+            self._thread.start()
         return self
 
     def want(self, b: Bucket) -> None:
@@ -123,7 +124,6 @@ class BackgroundCompiler:
 
 
 def _run(executor_ref, bc: BackgroundCompiler) -> None:
-    t0 = time.perf_counter()
     try:
         while not bc._stop.is_set():
             ex = executor_ref()
@@ -140,7 +140,6 @@ def _run(executor_ref, bc: BackgroundCompiler) -> None:
             del ex  # no strong reference while waiting for the next compile
             bc.done += 1
             bc.current = None
-            bc.seconds = time.perf_counter() - t0
     except BaseException as e:  # noqa: BLE001 - keep serving on the buckets already compiled
         bc.error = e
         log.error("background compile stopped after %d buckets: %s", bc.done, e)

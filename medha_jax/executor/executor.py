@@ -180,9 +180,8 @@ class Executor:
 
     def start_background(self) -> None:
         """Start the background compiler that warmup(background=True) prepared (if any)."""
-        bc = self.background
-        if bc is not None and not bc._thread.is_alive() and not bc.finished:
-            bc.start()
+        if self.background is not None:
+            self.background.start()
 
     def wait_compiled(self, timeout: float | None = None) -> bool:
         """Block until the background compiler (if any) has nothing left to compile."""

@@ -96,12 +96,12 @@ def test_a_program_that_ends_while_buckets_compile_exits_cleanly(tmp_path):
 
 def test_the_start_up_profile_measures_in_few_buckets_and_every_token_size():
     from medha_jax.executor.buckets import BucketLadders
-    from medha_jax.runtime_profiler import composition_grid, in_few_buckets
+    from medha_jax.runtime_profiler import composition_bucket, composition_grid, in_few_buckets
 
     ladders = BucketLadders.build(max_tokens=512, max_seqs=16, max_pages=256, min_tokens=32, min_pages=32)
 
     def bucket_of(c):
-        return ladders.pick(c.num_tokens, len(c.seqs), max(-(-(q + kv) // 16) for q, kv in c.seqs))
+        return composition_bucket(ladders, 16, c)
 
     comps = composition_grid(512, 16, 4096)
     assert len({bucket_of(c) for c in comps}) > 20
