@@ -281,8 +281,10 @@ class SLOPolicy(DeadlinePolicy):
     rest fit: the fewest deadlines are given up, and short requests are not all made late by one
     long one (EDF's overload cascade). Set-aside requests still run, after the others, in
     deadline order (a more important `priority_class` first: lower is more important), and are the
-    first preemption victims; they rejoin the EDF order as soon as
-    they fit again. Once the best set-aside request has waited more than STARVING x its deadline D,
+    first preemption victims; they rejoin the EDF order once they fit again with REJOIN more
+    work than estimated. The scan assumes the prefill share averaged over recent iterations
+    (SHARE_EMA), not this iteration's: with both, a request on the edge of feasibility stays on
+    one side instead of trading places with another every iteration. Once the best set-aside request has waited more than STARVING x its deadline D,
     one iteration in round(1 / `min_share`) puts it first, so set-aside work always progresses (no
     starvation, even under a saturating stream of short requests) without taking time from
     requests that can still make their deadlines during a passing burst. Requests with a first token (decodes, recomputes after preemption) keep their
@@ -300,12 +302,20 @@ class SLOPolicy(DeadlinePolicy):
     """A set-aside request older than this many of its deadlines D gets the periodic share."""
     CLASS_STEP = 1e9
     """Key step per priority class among set-aside requests (classes clamped to +-100)."""
+    SHARE_EMA = 0.1
+    """Weight of the newest iteration in the prefill share the feasibility scan assumes: decodes
+    come and go every iteration, and an instantaneous share made a borderline request flip
+    between admitted and set aside on alternate iterations (two long prefills taking turns, both late)."""
+    REJOIN = 0.05
+    """A set-aside request rejoins the EDF order only if it fits with this much more remaining work
+    (hysteresis: a request on the edge stays on one side)."""
 
     def __init__(self, prefill_cache, deadline_k: float = 1.5, deadline_min: float = 0.5,
                  inflate: float = 1.1, min_share: float = 0.1):
         super().__init__(prefill_cache, deadline_k, deadline_min)
         self.inflate, self.min_share = inflate, min_share
-        self._share, self._margin = 1.0, 0.0
+        self._share: float | None = None  # EMA of the prefill share (None before the first iteration)
+        self._margin = 0.0
         self.set_aside: set[Request] = set()
         self._prefilling: dict[Request, None] = {}  # left the waiting queue, no first token yet
         # The waiting queue in three parts, kept up to date as requests come and go:
@@ -317,7 +327,8 @@ class SLOPolicy(DeadlinePolicy):
         self._round, self._iteration = max(1, round(1.0 / min_share)) if min_share > 0 else 0, 0
 
     def on_iteration(self, prefill_share: float, t_target: float) -> None:
-        self._share = max(prefill_share, 0.05)
+        share = max(prefill_share, 0.05)
+        self._share = share if self._share is None else self._share + self.SHARE_EMA * (share - self._share)
         self._margin = t_target if t_target < float("inf") else 0.0  # batch mode: no budget
         self._iteration += 1
 
@@ -372,6 +383,7 @@ class SLOPolicy(DeadlinePolicy):
         running prefills), not O(queue). A waiting request's remaining
         time is its static estimate."""
         info = self._info
+        aside_now, rejoin = self.set_aside, 1.0 + self.REJOIN
         jobs, hopeless = [], []
         fastest = self.inflate  # no prefill share is above 1, no margin below 0
         for r in self._live:  # no output: its token count and so its estimate i[2] are those of on_add
@@ -380,15 +392,16 @@ class SLOPolicy(DeadlinePolicy):
             if d < now + fastest * i[2]:
                 hopeless.append(r)
             else:
-                jobs.append((d, i[2], r, r.priority_class))
+                jobs.append((d, i[2] * (rejoin if r in aside_now else 1.0), r, r.priority_class))
         if hopeless:
             self._give_up(hopeless)
         for r in list(self._prefilling):  # running prefills, in flight or not: they use the device too
             if r.output_token_ids:
                 del self._prefilling[r]
             else:
-                jobs.append((r.arrival_time + info[r][0], self.remaining(r), r, r.priority_class))
-        admitted, aside = sacrifice(jobs, now, rate=self._share, margin=self._margin, inflate=self.inflate)
+                jobs.append((r.arrival_time + info[r][0], self.remaining(r) * (rejoin if r in aside_now else 1.0),
+                             r, r.priority_class))
+        admitted, aside = sacrifice(jobs, now, rate=self._share or 1.0, margin=self._margin, inflate=self.inflate)
         self.set_aside = set(aside)
         waiting, partial_set = self._store(), set(partials)
         firsts = sorted(((r.arrival_time + info[r][0], r) for r in self._firsts), key=_first)
