@@ -112,7 +112,12 @@ def _finish(m, l, acc):
 
 
 def _xla_prefill_tiles(qg, k_pages, v_pages, table, cu_q_lens, q_offsets, kv_lens, bp):
-    """Sequences with q_len >= 2, one tile of BQ tokens at a time -> (f32[T, KVH, G, Dh], f32[T, KVH, G])."""
+    """Sequences with q_len >= 2, one tile of BQ tokens at a time -> (f32[T, KVH, G, Dh], f32[T, KVH, G]).
+
+    Inside a tile the G query heads sharing a KV head are folded into the rows, so each KV block
+    is one batched matmul per KV head ([BQ*G, Dh] x [Dh, block], batch dimension first): on a CPU
+    that halves the time of the [BQ, KVH, G] x [block, KVH] contraction it replaces
+    (`benchmarks/xla_attention_tiles.py`)."""
     T, KVH, G, Dh = qg.shape
     page = k_pages.shape[1]
     BQ, block = XLA_BLOCK_Q, bp * page
@@ -128,20 +133,24 @@ def _xla_prefill_tiles(qg, k_pages, v_pages, table, cu_q_lens, q_offsets, kv_len
         k0 = (i - (t_end[s] - n_tiles[s])) * BQ  # local index of the tile's first token
         tok0 = cu_q_lens[s] + k0
         qt = jax.lax.dynamic_slice_in_dim(q_pad, tok0, BQ)  # qt: f32[BQ, KVH, G, Dh]
+        qf = qt.transpose(1, 0, 2, 3).reshape(KVH, BQ * G, Dh)  # qf: f32[KVH, BQ*G, Dh], rows (token, head)
         lim = jnp.clip(q_offsets[s] + k0 + jnp.arange(BQ) + 1, 0, kv_lens[s])  # lim: i32[BQ]
+        lim_rows = jnp.repeat(lim, G)  # lim_rows: i32[BQ*G]
         row = table[s]
 
         def block_step(b, c):
             cols = jax.lax.dynamic_slice_in_dim(row, b * bp, bp)  # cols: i32[bp]
-            k = k_pages[cols].reshape(block, KVH, Dh).astype(jnp.float32)  # k: f32[block, KVH, Dh]
-            v = v_pages[cols].reshape(block, KVH, Dh).astype(jnp.float32)
-            sc = jnp.einsum("qkgd,jkd->qkgj", qt, k)  # sc: f32[BQ, KVH, G, block]
-            mask = (b * block + jnp.arange(block))[None, :] < lim[:, None]  # mask: bool[BQ, block]
-            return _online_step(c, sc, mask[:, None, None, :], lambda p: jnp.einsum("qkgj,jkd->qkgd", p, v))
+            k = k_pages[cols].reshape(block, KVH, Dh).astype(jnp.float32).transpose(1, 0, 2)  # k: f32[KVH, block, Dh]
+            v = v_pages[cols].reshape(block, KVH, Dh).astype(jnp.float32).transpose(1, 0, 2)
+            sc = jnp.einsum("kmd,kjd->kmj", qf, k)  # sc: f32[KVH, BQ*G, block]
+            mask = (b * block + jnp.arange(block))[None, :] < lim_rows[:, None]  # mask: bool[BQ*G, block]
+            return _online_step(c, sc, mask[None], lambda p: jnp.einsum("kmj,kjd->kmd", p, v))
 
-        c0 = (jnp.full((BQ, KVH, G), NEG_INF, jnp.float32), jnp.zeros((BQ, KVH, G), jnp.float32),
-              jnp.zeros((BQ, KVH, G, Dh), jnp.float32))
+        c0 = (jnp.full((KVH, BQ * G), NEG_INF, jnp.float32), jnp.zeros((KVH, BQ * G), jnp.float32),
+              jnp.zeros((KVH, BQ * G, Dh), jnp.float32))
         o_t, lse_t = _finish(*jax.lax.fori_loop(0, (jnp.max(lim) + block - 1) // block, block_step, c0))
+        o_t = o_t.reshape(KVH, BQ, G, Dh).transpose(1, 0, 2, 3)  # o_t: f32[BQ, KVH, G, Dh]
+        lse_t = lse_t.reshape(KVH, BQ, G).transpose(1, 0, 2)  # lse_t: f32[BQ, KVH, G]
         mine = (jnp.arange(BQ) < q_len[s] - k0)[:, None, None]  # rows past the sequence keep old values
         o_t = jnp.where(mine[..., None], o_t, jax.lax.dynamic_slice_in_dim(out, tok0, BQ))
         lse_t = jnp.where(mine, lse_t, jax.lax.dynamic_slice_in_dim(lse, tok0, BQ))
