@@ -284,8 +284,8 @@ class SLOPolicy(DeadlinePolicy):
     first preemption victims; they rejoin the EDF order once they fit again with REJOIN more
     work than estimated. The scan assumes the prefill share averaged over recent iterations
     (SHARE_EMA), not this iteration's: with both, a request on the edge of feasibility stays on
-    one side instead of trading places with another every iteration. Once the best set-aside request has waited more than STARVING x its deadline D,
-    one iteration in round(1 / `min_share`) puts it first, so set-aside work always progresses (no
+    one side instead of trading places with another every iteration. Once the best set-aside
+    request has waited more than STARVING x its deadline D, one iteration in round(1 / `min_share`) puts it first, so set-aside work always progresses (no
     starvation, even under a saturating stream of short requests) without taking time from
     requests that can still make their deadlines during a passing burst. Requests with a first token (decodes, recomputes after preemption) keep their
     own, already past, deadline: they go first. No space sharing (relative slack 0): the order
@@ -383,7 +383,7 @@ class SLOPolicy(DeadlinePolicy):
         running prefills), not O(queue). A waiting request's remaining
         time is its static estimate."""
         info = self._info
-        aside_now, rejoin = self.set_aside, 1.0 + self.REJOIN
+        grown = dict.fromkeys(self.set_aside, 1.0 + self.REJOIN)  # set aside last time: must fit with REJOIN more
         jobs, hopeless = [], []
         fastest = self.inflate  # no prefill share is above 1, no margin below 0
         for r in self._live:  # no output: its token count and so its estimate i[2] are those of on_add
@@ -392,15 +392,14 @@ class SLOPolicy(DeadlinePolicy):
             if d < now + fastest * i[2]:
                 hopeless.append(r)
             else:
-                jobs.append((d, i[2] * (rejoin if r in aside_now else 1.0), r, r.priority_class))
+                jobs.append((d, i[2] * grown.get(r, 1.0), r, r.priority_class))
         if hopeless:
             self._give_up(hopeless)
         for r in list(self._prefilling):  # running prefills, in flight or not: they use the device too
             if r.output_token_ids:
                 del self._prefilling[r]
             else:
-                jobs.append((r.arrival_time + info[r][0], self.remaining(r) * (rejoin if r in aside_now else 1.0),
-                             r, r.priority_class))
+                jobs.append((r.arrival_time + info[r][0], self.remaining(r) * grown.get(r, 1.0), r, r.priority_class))
         admitted, aside = sacrifice(jobs, now, rate=self._share or 1.0, margin=self._margin, inflate=self.inflate)
         self.set_aside = set(aside)
         waiting, partial_set = self._store(), set(partials)
