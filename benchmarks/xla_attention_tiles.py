@@ -4,8 +4,9 @@
 
 Data flow: random q (T x 8 heads x 64) and a paged KV cache (GQA 8:2, pages of 16) for one
 sequence whose chunk of T tokens follows `cached` tokens -> pallas_kernels.reference
-.paged_attention_xla jitted with each (XLA_BLOCK_Q, block_pages) -> best of 2 timed calls after
-one compile call -> printed table. The engine uses XLA_BLOCK_Q=32, block_pages=8.
+.paged_attention_xla jitted with each prefill tile (block_q, prefill_block_pages) -> best of 2 timed
+calls after one compile call -> printed table. The engine uses the function's defaults
+(XLA_BLOCK_Q=128 queries, prefill_block_pages=32).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--chunk", type=int, default=4096)
     ap.add_argument("--cached", type=int, default=4096)
-    ap.add_argument("--shapes", default="32x8,128x8,128x32,256x16,256x32", help="XLA_BLOCK_Q x block_pages, ...")
+    ap.add_argument("--shapes", default="32x8,32x32,64x32,128x16,128x32", help="block_q x prefill_block_pages, ...")
     args = ap.parse_args(argv)
     T, kv0, H, KVH, Dh, page = args.chunk, args.cached, 8, 2, 64, 16
     P = -(-(kv0 + T) // page)
@@ -39,13 +40,11 @@ def main(argv=None) -> int:
     kp = jnp.asarray(rng.standard_normal((P + 1, page, KVH, Dh), np.float32))  # kp: f32[pages, page, KVH, Dh]
     table = jnp.arange(P, dtype=jnp.int32)[None, :]  # table: i32[1, P]
     cu, qo, kl = jnp.array([0, T], jnp.int32), jnp.array([kv0], jnp.int32), jnp.array([kv0 + T], jnp.int32)
-    default_bq = ref.XLA_BLOCK_Q
     print(f"chunk {T} tokens after {kv0} cached, 8 heads GQA 8:2, head_dim 64, f32; load {os.getloadavg()[0]:.1f}")
-    print("| XLA_BLOCK_Q | block_pages | seconds |\n|---|---|---|")
+    print("| block_q | prefill_block_pages | seconds |\n|---|---|---|")
     for spec in args.shapes.split(","):
         bq, bp = (int(x) for x in spec.split("x"))
-        ref.XLA_BLOCK_Q = bq  # read when the function is traced
-        f = jax.jit(functools.partial(ref.paged_attention_xla, scale=0.125, block_pages=bp))
+        f = jax.jit(functools.partial(ref.paged_attention_xla, scale=0.125, block_q=bq, prefill_block_pages=bp))
         f(q, kp, kp, table, cu, qo, kl)[0].block_until_ready()
         best = float("inf")
         for _ in range(2):
@@ -53,7 +52,6 @@ def main(argv=None) -> int:
             f(q, kp, kp, table, cu, qo, kl)[0].block_until_ready()
             best = min(best, time.perf_counter() - t0)
         print(f"| {bq} | {bp} | {best:.3f} |", flush=True)
-    ref.XLA_BLOCK_Q = default_bq
     return 0
 
 

@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterable
 
 from medha_jax.scheduler import Composition, RuntimePredictor
+from medha_jax.scheduler.predictor import StaleProfileError
 from medha_jax.step_input import SeqInput, StepInput
 
 
@@ -175,12 +176,16 @@ def get_predictor(engine_config, scheduler_config, executor, key, vocab_size: in
 
     from medha_jax.scheduler.predictor import profile_path
 
+    log = logging.getLogger(__name__)
     path = profile_path(os.path.expanduser(engine_config.profile_dir), key)
     if os.path.exists(path):
-        return RuntimePredictor.load(path, expect=key)
+        try:
+            return RuntimePredictor.load(path, expect=key)
+        except StaleProfileError as e:  # an older release's profile: its coefficients mean other work
+            log.warning("%s; it will be measured again", e)
     if not scheduler_config.uses_time_budget:
         return None
-    logging.getLogger(__name__).warning("no runtime profile at %s; measuring a quick one", path)
+    log.warning("no usable runtime profile at %s; measuring a quick one", path)
     ladders = executor.ladders
     comps = composition_grid(ladders.tokens[-1], ladders.seqs[-1],
                              profile_max_kv(executor, max_model_len))

@@ -15,8 +15,8 @@ Two implementations with the same signature:
 - `paged_attention_reference`: gathers every page of every token's sequence and does dense
   masked softmax. Obviously right; memory grows with T * P * page_size. For tests.
 - `paged_attention_xla`: the engine's XLA backend. Walks KV in blocks of pages with an online
-  softmax. Prefill chunks go tile by tile (32 tokens of one sequence share each gathered KV
-  block, and a tile stops at its own causal frontier); decodes go together (one gathered block
+  softmax. Prefill chunks go tile by tile (128 tokens of one sequence share each gathered block
+  of 16 pages, and a tile stops at its own causal frontier); decodes go together (one gathered block
   per sequence per step, up to the longest decode frontier). No per-token KV gathers.
 """
 
@@ -62,26 +62,31 @@ def paged_attention_reference(q, k_pages, v_pages, page_table, cu_q_lens, q_offs
 
 
 def paged_attention_xla(
-    q, k_pages, v_pages, page_table, cu_q_lens, q_offsets, kv_lens, *, scale, block_pages: int = 8
+    q, k_pages, v_pages, page_table, cu_q_lens, q_offsets, kv_lens, *, scale, block_pages: int = 8,
+    prefill_block_pages: int = 16, block_q: int | None = None,
 ):
-    """Online-softmax paged attention over blocks of `block_pages` pages (same contract as the reference).
+    """Online-softmax paged attention over blocks of pages (same contract as the reference).
 
-    Prefill sequences (q_len >= 2) run tile by tile (XLA_BLOCK_Q tokens of one sequence gather
-    each KV block once, up to that tile's own causal frontier); decodes (q_len == 1) run
-    together, one gathered KV block per sequence per step, up to the longest decode frontier.
+    Prefill sequences (q_len >= 2) run tile by tile (`block_q` tokens of one sequence, default
+    XLA_BLOCK_Q, gather each block of `prefill_block_pages` pages once, up to that tile's own causal
+    frontier); decodes (q_len == 1) run together, one gathered block of `block_pages` pages per
+    sequence per step, up to the longest decode frontier. The defaults are the fastest measured on
+    a CPU (`benchmarks/results/xla_attention_tiles_cpu.md`): large prefill tiles amortise each
+    loop step's gather and bookkeeping, while decodes keep small blocks because every sequence
+    slot walks up to the longest decode.
     """
     T, H, Dh = q.shape
     _, page, KVH, _ = k_pages.shape
     S, P = page_table.shape
-    bp = min(block_pages, P)
-    n_cols = -(-P // bp) * bp
-    table = jnp.pad(page_table, ((0, 0), (0, n_cols - P)))  # table: i32[S, nb*bp] (pad pages masked out)
     kv_lens = jnp.clip(kv_lens, 0, P * page)
     qg = q.reshape(T, KVH, H // KVH, Dh).astype(jnp.float32) * scale  # qg: f32[T, KVH, G, Dh]
     q_len = cu_q_lens[1:] - cu_q_lens[:-1]
     seq, _ = _token_rows(cu_q_lens, q_offsets, kv_lens, T)
-    out_p, lse_p = _xla_prefill_tiles(qg, k_pages, v_pages, table, cu_q_lens, q_offsets, kv_lens, bp)
-    out_d, lse_d = _xla_decodes(qg, k_pages, v_pages, table, cu_q_lens, q_offsets, kv_lens, bp)
+    bpp, bpd = min(prefill_block_pages, P), min(block_pages, P)
+    out_p, lse_p = _xla_prefill_tiles(qg, k_pages, v_pages, _pad_table(page_table, bpp), cu_q_lens, q_offsets,
+                                      kv_lens, bpp, XLA_BLOCK_Q if block_q is None else block_q)
+    out_d, lse_d = _xla_decodes(qg, k_pages, v_pages, _pad_table(page_table, bpd), cu_q_lens, q_offsets, kv_lens,
+                                bpd)
     real = jnp.arange(T) < cu_q_lens[S]
     pre = (real & (q_len[seq] >= 2))[:, None, None]  # pre: bool[T, 1, 1]
     dec = (real & (q_len[seq] == 1))[:, None, None]
@@ -90,7 +95,13 @@ def paged_attention_xla(
     return out.reshape(T, H, Dh).astype(q.dtype), lse.reshape(T, H)
 
 
-XLA_BLOCK_Q = 32  # query tokens per prefill tile of the XLA path
+def _pad_table(page_table, bp: int):
+    """i32[S, P] -> i32[S, nb*bp]: whole blocks of bp pages (pad pages lie past kv_len, masked out)."""
+    P = page_table.shape[1]
+    return jnp.pad(page_table, ((0, 0), (0, -(-P // bp) * bp - P)))
+
+
+XLA_BLOCK_Q = 128  # query tokens per prefill tile of the XLA path (scheduler.predictor.TILE_Q)
 
 
 def _online_step(carry, s, mask, v):
@@ -111,7 +122,7 @@ def _finish(m, l, acc):
     return out, jnp.where(seen, m + jnp.log(jnp.where(seen, l, 1.0)), NEG_INF)
 
 
-def _xla_prefill_tiles(qg, k_pages, v_pages, table, cu_q_lens, q_offsets, kv_lens, bp):
+def _xla_prefill_tiles(qg, k_pages, v_pages, table, cu_q_lens, q_offsets, kv_lens, bp, BQ):
     """Sequences with q_len >= 2, one tile of BQ tokens at a time -> (f32[T, KVH, G, Dh], f32[T, KVH, G]).
 
     Inside a tile the G query heads sharing a KV head are folded into the rows, so each KV block
@@ -120,7 +131,7 @@ def _xla_prefill_tiles(qg, k_pages, v_pages, table, cu_q_lens, q_offsets, kv_len
     (`benchmarks/xla_attention_tiles.py`)."""
     T, KVH, G, Dh = qg.shape
     page = k_pages.shape[1]
-    BQ, block = XLA_BLOCK_Q, bp * page
+    block = bp * page
     q_len = cu_q_lens[1:] - cu_q_lens[:-1]
     n_tiles = jnp.where(q_len >= 2, (q_len + BQ - 1) // BQ, 0)  # n_tiles: i32[S]
     t_end = jnp.cumsum(n_tiles)

@@ -8,17 +8,19 @@
 Model (per iteration; the layer count is folded into the coefficients):
   t = const + tokens * sum(q) + chunk_kv * sum_prefill(q * kv) + chunk_sq * sum_prefill(q^2)
         + decodes * n_decodes + decode_kv * sum_decode(kv) + tokens_maxctx * sum(q) * max(q + kv)
-        + tile_kv * sum_prefill(tiles(q) * TILE_Q * (kv + q / 2))
+        + tile_kv * sum_prefill(TILE_Q * sum_tiles(blocks(frontier) * TILE_KV_BLOCK))
         + decode_span * seq_slots(n) * blocks(max_decode(kv)) * KV_BLOCK   [+ tokens_sq * sum(q)^2]
 where a pair (q, kv) is a decode when q == 1 and kv > 0, and kv counts tokens cached before the
-iteration. The last two follow the XLA attention backend's loops: a prefill chunk runs in tiles of
-TILE_Q query tokens, each over its own causal frontier; decodes run together, every sequence slot
-of the batch (a power of two, at least MIN_SEQ_SLOTS) stepping KV_BLOCK keys at a time up to the
-longest decode. A chunk of 16 tokens costs as much attention as one of 32; the linear terms alone
-missed that by up to 40% (`benchmarks/results/predictor_cpu.md`). On another backend NNLS gives
-them the weight the measurements support (none, if they explain nothing). Coefficients are non-negative (fitted by NNLS, relative-error weighted), so predictions
-grow with every kind of work: the packer's binary search depends on it. Predictions are multiplied
-by `correction`, an exponential moving average of measured/raw-predicted ratios. Pure Python.
+iteration. The last two follow the XLA attention backend's loops: a prefill chunk runs in tiles
+of TILE_Q query tokens, each over its own causal frontier in blocks of TILE_KV_BLOCK keys;
+decodes run together, every sequence slot of the batch (a power of two, at least MIN_SEQ_SLOTS)
+stepping KV_BLOCK keys at a time up to the longest decode. A chunk of 16 tokens costs as much
+attention as one of 128; the linear terms alone missed that by up to 40%
+(`benchmarks/results/predictor_cpu.md`). On another backend NNLS gives them the weight the
+measurements support (none, if they explain nothing). Coefficients are non-negative (fitted by
+NNLS, relative-error weighted), so predictions grow with every kind of work: the packer's binary
+search depends on it. Predictions are multiplied by `correction`, an exponential moving average
+of measured/raw-predicted ratios. Pure Python.
 """
 
 from __future__ import annotations
@@ -38,11 +40,18 @@ ANALYTIC_FEATURES = ("const", "tokens", "chunk_kv", "chunk_sq", "decodes", "deco
 """For a device whose time is a smooth function of the work (the simulator's device models)."""
 DEFAULT_FEATURES = ANALYTIC_FEATURES + ("tile_kv", "decode_span")
 """For measured profiles: adds the attention backend's tiling."""
-TILE_Q = 32  # query tokens per prefill tile (pallas_kernels.reference.XLA_BLOCK_Q)
+TILE_Q = 128  # query tokens per prefill tile (pallas_kernels.reference.XLA_BLOCK_Q)
+TILE_KV_BLOCK = 256  # keys per step of a prefill tile (paged_attention_xla's prefill_block_pages 16 x page_size 16)
+MIN_TABLE_KEYS = 128  # narrowest page table (executor.buckets: min_pages 8 x page_size 16)
 KV_BLOCK = 128  # keys per decode step of that backend (block_pages 8 x page_size 16)
 MIN_SEQ_SLOTS = 4  # smallest sequence bucket (executor.buckets: min_seqs)
 PROFILE_FORMAT = "medha-jax-runtime-profile"
-PROFILE_VERSION = 1
+PROFILE_VERSION = 2
+"""Bumped whenever a feature's meaning changes (2: tile_kv counts 128-query tiles, was 32)."""
+
+
+class StaleProfileError(ValueError):
+    """A profile written by code whose features meant something else: measure it again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,10 +73,18 @@ def profile_path(directory: str, key: ProfileKey) -> str:
 
 
 def tile_work(q: int, kv: int, new: int | None = None) -> float:
-    """Key-query pairs a prefill chunk's tiles walk: whole TILE_Q tiles, each to its frontier, over
-    kv cached keys and `new` keys written by the chunk itself (default q; fewer on a kvp group
-    that holds only part of the chunk)."""
-    return -(-q // TILE_Q) * TILE_Q * (kv + 0.5 * (q if new is None else new))
+    """Key-query pairs a prefill chunk's tiles walk: ceil(q / TILE_Q) tiles of TILE_Q queries, tile i
+    stepping a block of keys at a time up to its causal frontier kv + min((i + 1) * TILE_Q, new),
+    over kv cached keys and `new` keys written by the chunk itself (default q; fewer on a kvp group
+    that holds only part of the chunk). The block is TILE_KV_BLOCK keys, or the whole page table
+    when that is narrower (assumed just wide enough for this sequence: the smallest page bucket
+    holding kv + new). A 16-token chunk over 300 keys walks one whole tile over two whole blocks."""
+    new = q if new is None else new
+    block = min(TILE_KV_BLOCK, max(MIN_TABLE_KEYS, 1 << max(kv + new - 1, 0).bit_length()))
+    blocks = 0
+    for end in range(TILE_Q, -(-q // TILE_Q) * TILE_Q + 1, TILE_Q):
+        blocks += -(-(kv + min(end, new)) // block)
+    return float(TILE_Q * block * blocks)
 
 
 def decode_span(num_seqs: int, max_decode_kv: int) -> int:
@@ -218,7 +235,8 @@ class RuntimePredictor:
         if not isinstance(data, dict) or data.get("format") != PROFILE_FORMAT:
             raise ValueError(f"{path} is not a {PROFILE_FORMAT} file")
         if data.get("version") != PROFILE_VERSION:
-            raise ValueError(f"{path} has profile version {data.get('version')}, this code reads {PROFILE_VERSION}")
+            raise StaleProfileError(f"{path} has profile version {data.get('version')}, this code reads "
+                                    f"{PROFILE_VERSION}")
         key = ProfileKey(**data["key"]) if data.get("key") else None
         if expect is not None and key != expect:
             raise ValueError(f"{path} was measured for {key}, not {expect}; run the profile command for this setup")

@@ -4,12 +4,17 @@ The reference is the same engine with every bucket compiled before serving (back
 off): padding a batch into a larger compiled bucket must not change a single greedy token.
 """
 
+import json
+
 import pytest
 
 from medha_jax import LLM, SamplingParams
+from medha_jax.engine_builder import profile_key_for
 from medha_jax.executor.background_compile import BackgroundCompiler
 from medha_jax.executor.buckets import Bucket
 from medha_jax.executor.executor import compile_events
+from medha_jax.runtime_profiler import get_predictor
+from medha_jax.scheduler.predictor import PROFILE_VERSION
 
 KW = dict(model="demo", scheduler="fcfs", num_devices=1, max_model_len=256, num_pages=64, page_size=16,
           max_num_batched_tokens=64, max_num_seqs=8, min_token_bucket=16, min_page_bucket=4)
@@ -120,4 +125,13 @@ def test_the_start_up_profile_fits_a_kv_pool_that_is_not_a_power_of_two(tmp_path
     llm = LLM(**kw)
     assert llm.engine.scheduler.predictor is not None
     assert llm.generate(["Hi"], GREEDY)[0].token_ids
+
+    # A profile an older release wrote (features meant other work) is measured again, not fatal.
+    e = llm.engine
+    (path,) = tmp_path.glob("*.json")
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps({**data, "version": PROFILE_VERSION - 1}))
+    again = get_predictor(e.config, e.scheduler_config, e.executor, profile_key_for(e.config, e.mesh),
+                          e.model_config.vocab_size, e.max_model_len)
+    assert again is not None and json.loads(path.read_text())["version"] == PROFILE_VERSION
     llm.close()
