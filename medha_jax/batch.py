@@ -41,7 +41,7 @@ class ScheduledSeq:
 
     @property
     def is_prefill(self) -> bool:
-        return self.num_tokens > 1 or not self.request.output_token_ids
+        return self.num_tokens > 1 or not self.request.has_sampled
 
     @property
     def token_ids(self) -> list[int]:
@@ -63,6 +63,8 @@ class ScheduledBatch:
     """The runtime predictor's estimate for this batch, in seconds (None without a predictor)."""
     preempted: list[Request] = field(default_factory=list)
     """Requests whose pages were freed while forming this batch (for records and metrics)."""
+    tokens_pending: bool = False
+    """Set by `Scheduler.on_batch_done`: its sampled tokens were left pending on the device."""
 
     @property
     def num_tokens(self) -> int:

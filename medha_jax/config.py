@@ -58,6 +58,11 @@ class EngineConfig:
     compiles the cheapest other buckets (64) and any bucket a batch needs; until its own bucket is
     ready a batch runs padded in the cheapest compiled bucket that holds it. Off: every bucket
     before serving (benchmarks: no compiles during a timed run)."""
+    async_scheduling: bool = True
+    """Form and launch step n+1 while step n runs on the device (spp == 1): scheduling, packing and
+    detokenizing overlap the device, and the token step n samples feeds step n+1 on the device.
+    Greedy and seeded outputs are the same either way; a request stopped by a token (EOS, a stop
+    string) costs one wasted decode slot. Off: each step waits for the previous one's tokens."""
     profile_dir: str = "~/.cache/medha_jax/profiles"
     """Where runtime-predictor profiles live (written by `python -m medha_jax.profile`). A policy that
     needs one and finds none measures a quick profile at start-up and saves it here."""

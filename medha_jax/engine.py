@@ -20,6 +20,14 @@ chunk or decode is still in the pipeline has no tokens left to compute (num_comp
 num_tokens) until its sampled token comes out, so the scheduler leaves it alone and fills the
 pipeline with other requests. With spp == 1 the batch fed is the batch that leaves.
 
+Asynchronous scheduling (spp == 1, `EngineConfig.async_scheduling`, the default): step() forms
+and launches step n+1 before it waits for step n, so the host's scheduling, packing and
+detokenizing overlap the device instead of idling it:
+  step():  drain -> schedule(n+1) -> Executor.launch(n+1)   (returns at once; pending token ids
+                                     of step n are read from its output on the device)
+           -> step n's tokens to the host -> record(n) -> update_from_output(n)
+           -> on_batch_done(n+1, tokens_pending=True)  (its samples pending until the next step())
+
 Only the thread that calls `step()` touches scheduler and device state; other threads talk to
 the engine through `add_request`/`abort`, which only validate and enqueue. A failing iteration
 fails the requests in it (with SPP: in every microbatch in the pipeline) with an error and
@@ -36,6 +44,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from medha_jax.batch import ScheduledBatch
 from medha_jax.config import EngineConfig
@@ -45,6 +54,9 @@ from medha_jax.outputs import RequestOutput
 from medha_jax.request import Request, RequestStatus
 from medha_jax.sampling_params import SamplingParams
 from medha_jax.step_input import StepInput
+
+if TYPE_CHECKING:
+    from medha_jax.executor.executor import Launched
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +85,8 @@ class Engine:
         self._live: dict[str, Request] = {}  # every request added and not yet finished (incl. pending)
         self._streams: dict[str, OutputStream] = {}  # per live request: its text and outputs
         self._in_pipeline: deque[tuple[ScheduledBatch, StepInput]] = deque()  # fed, tokens not out yet
+        self._async = config.async_scheduling and self.executor.depth == 1
+        self._launched: tuple[ScheduledBatch, Launched, float] | None = None  # async: on the device, not read
         self.num_iterations = 0
         self.last_iteration_time: float | None = None
         gc.freeze()  # long-lived params/tables out of the collector's walks: no multi-ms pauses mid-iteration
@@ -167,6 +181,8 @@ class Engine:
 
     def step(self) -> list[RequestOutput]:
         outs = self._drain_pending()
+        if self._async:
+            return outs + self._step_overlapped()
         batch = self.scheduler.schedule(self.clock())
         ex = self.executor
         if batch.is_empty and ex.idle:
@@ -176,7 +192,7 @@ class Engine:
         try:
             done, result = ex.tick(fed)
         except Exception as e:  # noqa: BLE001 - one bad iteration must not take the server down
-            return outs + self._fail_tick(batch, e)
+            return outs + self._fail([batch], e)
         measured = time.perf_counter() - t0
         self.last_iteration_time = measured
         self.num_iterations += 1
@@ -190,6 +206,50 @@ class Engine:
         if left_input is not done:
             raise RuntimeError("the executor returned a step other than the oldest one in its pipeline")
         return outs + self._update(left, result, now)
+
+    def _step_overlapped(self) -> list[RequestOutput]:
+        """Asynchronous scheduling (spp == 1): launch step n+1, then wait for step n's tokens.
+
+        Step n was marked done when it was launched (its requests' sampled tokens pending), so
+        step n+1 can already decode them: the device feeds each pending id from step n's output.
+        While step n+1 is queued behind step n on the device, the host appends step n's tokens,
+        detokenizes and finishes who stops; a request stopped by its token had a slot in step
+        n+1 whose result is dropped. Step n's measured time runs from when it could start (its
+        launch, or step n-1's end as the host saw it) to when its tokens were on the host."""
+        sched = self.scheduler
+        prev, self._launched = self._launched, None
+        batch = sched.schedule(self.clock())
+        launched, launch_error, t_launch = None, None, 0.0
+        if not batch.is_empty:
+            sampled_at = {} if prev is None else {s.request_id: i for i, s in enumerate(prev[0].seqs) if s.samples}
+            try:
+                fed = StepInput.from_batch(batch, sampled_at)
+                t_launch = time.perf_counter()
+                launched = self.executor.launch(fed)
+            except Exception as e:  # noqa: BLE001 - one bad iteration must not take the server down
+                launch_error = e
+        elif prev is None:
+            return []
+        outs, start = [], t_launch
+        if prev is not None:
+            p_batch, p_launched, p_start = prev
+            try:
+                result = p_launched.result()
+            except Exception as e:  # noqa: BLE001 - its failure surfaced when its tokens were read
+                return self._fail([p_batch] if batch.is_empty else [p_batch, batch], e)
+            t_done = time.perf_counter()
+            self.last_iteration_time = t_done - p_start
+            self.num_iterations += 1
+            now = self.clock()
+            sched.record(p_batch, now, t_done - p_start)
+            outs = self._update(p_batch, result, now)
+            start = max(t_launch, t_done)  # the device starts the new step once the previous one is done
+        if launch_error is not None:
+            return outs + self._fail([batch], launch_error)
+        if launched is not None:
+            sched.on_batch_done(batch, self.clock(), tokens_pending=True, record=False)
+            self._launched = (batch, launched, start)
+        return outs
 
     def _update(self, batch: ScheduledBatch, result, now: float) -> list[RequestOutput]:
         """The batch's tokens came out: the scheduler appends them and finishes who stops."""
@@ -242,11 +302,11 @@ class Engine:
             self._live.pop(req.request_id, None)
         self._streams.pop(req.request_id, None)
 
-    def _fail_tick(self, batch, err: Exception) -> list[RequestOutput]:
-        """A tick raised: fail the requests of every microbatch it held (the new batch and those
-        still in the pipeline), and start the pipeline (and, if it was consumed, the KV cache) afresh."""
+    def _fail(self, batches: list[ScheduledBatch], err: Exception) -> list[RequestOutput]:
+        """A step raised: fail the requests of these batches and of every microbatch still in the
+        pipeline, and start the pipeline (and, if it was consumed, the KV cache) afresh."""
         ex = self.executor
-        batches = [batch, *(b for b, _ in self._in_pipeline)]
+        batches = [*batches, *(b for b, _ in self._in_pipeline)]
         self._in_pipeline.clear()
         log.error("iteration failed; failing the requests of %d batch(es)", len(batches), exc_info=err)
         ex.reset_pipeline()

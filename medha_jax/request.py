@@ -59,6 +59,11 @@ class Request:
     output_logprobs: list[float] = field(default_factory=list)
     num_computed_tokens: int = 0
     """Tokens whose KV is in the cache (prompt first, then generated)."""
+    num_pending_tokens: int = 0
+    """Tokens sampled on the device whose ids the host does not have yet (0 or 1; only an engine
+    that schedules the next step while this one runs, `EngineConfig.async_scheduling`). They
+    count in `num_tokens`: the next step may already compute the pending token's KV, the
+    device feeding it its own sampled id (`SeqInput.feed`)."""
     status: RequestStatus = RequestStatus.WAITING
     num_preemptions: int = 0
 
@@ -77,7 +82,7 @@ class Request:
 
     @property
     def num_tokens(self) -> int:
-        return len(self.prompt_token_ids) + len(self.output_token_ids)
+        return len(self.prompt_token_ids) + len(self.output_token_ids) + self.num_pending_tokens
 
     @property
     def num_remaining_tokens(self) -> int:
@@ -89,19 +94,27 @@ class Request:
         return len(self.output_token_ids)
 
     @property
+    def has_sampled(self) -> bool:
+        """A token has been sampled (on the host, or pending on the device)."""
+        return bool(self.output_token_ids) or self.num_pending_tokens > 0
+
+    @property
     def is_prefill(self) -> bool:
         """True until the prompt's KV (plus any recomputed output) is cached."""
-        return self.num_remaining_tokens > 1 or not self.output_token_ids
+        return self.num_remaining_tokens > 1 or not self.has_sampled
 
     @property
     def is_finished(self) -> bool:
         return self.status.finished
 
     def token_ids_slice(self, start: int, stop: int) -> list[int]:
-        """Token ids at positions [start, stop) of prompt + output."""
+        """Token ids at positions [start, stop) of prompt + output; 0 at a pending token's position
+        (the device fills in the id it sampled)."""
         p = self.prompt_len
         if stop <= p:
             return self.prompt_token_ids[start:stop]
+        known = p + len(self.output_token_ids)
+        tail = [0] * (stop - max(known, start)) if stop > known else []
         if start >= p:
-            return self.output_token_ids[start - p : stop - p]
-        return self.prompt_token_ids[start:] + self.output_token_ids[: stop - p]
+            return self.output_token_ids[start - p : stop - p] + tail
+        return self.prompt_token_ids[start:] + self.output_token_ids[: stop - p] + tail

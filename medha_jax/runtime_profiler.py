@@ -182,6 +182,8 @@ def get_predictor(engine_config, scheduler_config, executor, key, vocab_size: in
         try:
             return RuntimePredictor.load(path, expect=key)
         except StaleProfileError as e:  # an older release's profile: its coefficients mean other work
+            if not scheduler_config.uses_time_budget:
+                return None
             log.warning("%s; it will be measured again", e)
     if not scheduler_config.uses_time_budget:
         return None

@@ -8,6 +8,8 @@
 Everything the executor reads is here, so a batch can sit in a stream pipeline for several
 steps while the scheduler moves on (tokens appended, pages allocated or freed) without the
 executor ever seeing those changes. Order: as in the batch (prefill chunks first, then decodes).
+A token sampled by the previous step whose id the host does not have yet is a `feed` index: the
+device reads it from that step's output (asynchronous scheduling), so no host round trip.
 Pure Python, no JAX.
 """
 
@@ -38,6 +40,9 @@ class SeqInput:
     """The request's sampling seed (SamplingParams.seed, or the one the engine drew)."""
     step: int
     """Tokens the request had generated when this step was formed (the sampler's counter)."""
+    feed: int = -1
+    """>= 0: the last scheduled token is pending (`Request.num_pending_tokens`): the device reads
+    its id from the previous step's sampled tokens at this index; -1: all ids are above."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,16 +50,24 @@ class StepInput:
     seqs: tuple[SeqInput, ...]
 
     @staticmethod
-    def from_batch(batch: ScheduledBatch) -> StepInput:
+    def from_batch(batch: ScheduledBatch, sampled_at: dict[str, int] | None = None) -> StepInput:
+        """sampled_at: request id -> its index in the previous step, for the requests whose token
+        from that step is still pending (every pending token comes from the previous step)."""
         seqs = []
         for s in batch.seqs:
             req, sp = s.request, s.request.sampling_params
+            feed = -1
+            if req.num_pending_tokens and s.samples:  # it ends at the request's last token: the pending one
+                if sampled_at is None or req.request_id not in sampled_at:
+                    raise RuntimeError(f"request {req.request_id!r} has a pending token the previous step did "
+                                       "not sample")
+                feed = sampled_at[req.request_id]
             seqs.append(SeqInput(
                 request_id=req.request_id, start_pos=s.start_pos, num_tokens=s.num_tokens,
                 token_ids=tuple(s.token_ids),
                 page_tables=tuple(tuple(t) for t in s.page_tables), samples=s.samples,
                 temperature=sp.temperature, top_k=sp.top_k, top_p=sp.top_p, seed=req.seed,
-                step=req.num_output_tokens,
+                step=req.num_output_tokens + req.num_pending_tokens, feed=feed,
             ))
         return StepInput(tuple(seqs))
 

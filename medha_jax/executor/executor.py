@@ -16,6 +16,9 @@ jax.monitoring listener), so tests can assert a running engine compiles nothing.
            stage on, the last stage's microbatch is sampled)
     execute(step) -> StepResult: one step through the whole pipeline (idle pipeline only);
         with spp == 1 a tick is exactly one execute, and tick() calls execute().
+    launch(step) -> Launched (spp == 1): the step started, not waited for; `result()` waits. A
+        step's pending tokens (`SeqInput.feed`) are read on the device from the samples of the
+        step launched before it, so the engine can form and launch step n+1 while step n runs.
 
 Depth (spp) 1 is the plain loop. Any multi-device program here runs on every process of a
 multi-host mesh in the same order: a leader executor (channel set) broadcasts each device
@@ -25,6 +28,7 @@ operation before running it, followers replay them (`executor.multihost.follow`)
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass
 
 import jax
@@ -34,6 +38,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from medha_jax.executor.background_compile import BackgroundCompiler, bucket_cost
 from medha_jax.executor.buckets import Bucket, BucketLadders
+from medha_jax.executor.device_timeline import DeviceTimeline
 from medha_jax.executor.packing import MODEL_FIELDS, SAMPLING_FIELDS, PackedBatch, pack_batch
 from medha_jax.executor.pipeline_slots import Microbatch, PipelineSlots, TickPlan, bucket_of
 from medha_jax.executor.sampler import SamplingArrays, sample
@@ -68,6 +73,20 @@ class StepResult:
     logprobs: np.ndarray  # f32[num_seqs]
 
 
+@dataclass
+class Launched:
+    """A step started on the device; `result()` waits for it and copies its samples to the host."""
+
+    tokens: jax.Array  # i32[max_seqs], replicated
+    logprobs: jax.Array  # f32[S], replicated
+    n: int  # sequences in the step
+
+    def result(self) -> StepResult:
+        # Replicated outputs: every process reads its own copy.
+        tokens = np.asarray(self.tokens.addressable_data(0))
+        return StepResult(tokens[: self.n], np.asarray(self.logprobs.addressable_data(0))[: self.n])
+
+
 class Executor:
     def __init__(self, cfg, params, mesh, *, total_pages: int, page_size: int, kv_dtype,
                  ladders: BucketLadders, attention_fn, group_tokens: int | None = None, channel=None):
@@ -86,10 +105,13 @@ class Executor:
         self._acts_dtype = params["embed"].dtype
         self.acts = init_acts(cfg, mesh, ladders.tokens[-1], self._acts_dtype)
         self.pipe = PipelineSlots(self.depth, self.kvp)
-        self._jitted = jax.jit(make_step(cfg, mesh, attention_fn, sample), donate_argnums=(1, 2, 3))
+        self.max_seqs = ladders.seqs[-1]
+        self._jitted = jax.jit(make_step(cfg, mesh, attention_fn, sample, self.max_seqs), donate_argnums=(1, 2, 3))
         specs = sharding.input_specs(stacked=True)
         self._shardings = {f: NamedSharding(mesh, getattr(specs, f)) for f in MODEL_FIELDS}
-        self._shardings.update({f: NamedSharding(mesh, P()) for f in SAMPLING_FIELDS})
+        self._shardings.update({f: NamedSharding(mesh, P()) for f in (*SAMPLING_FIELDS, "feed_index")})
+        self._prev_tokens = self._zero_tokens()  # i32[max_seqs]: the last tick's samples, on the device
+        self.timeline: DeviceTimeline | None = None  # set to record when each tick ran (benchmarks)
         self._multiprocess = jax.process_count() > 1
         self._compiled: dict[Bucket, object] = {}  # written by the engine thread and the background compiler
         self.background: BackgroundCompiler | None = None
@@ -111,7 +133,7 @@ class Executor:
         )
         samp = SamplingArrays(sd((b.seqs,), f32), sd((b.seqs,), i32), sd((b.seqs,), f32),
                               sd((b.seqs,), jnp.uint32), sd((b.seqs,), i32))
-        return self.params, self.kv_k, self.kv_v, self.acts, inp, samp
+        return self.params, self.kv_k, self.kv_v, self.acts, inp, samp, sd((b.tokens,), i32), self._prev_tokens
 
     def compile_bucket(self, b: Bucket):
         """The executable for bucket b, compiled now unless it already is."""
@@ -207,6 +229,10 @@ class Executor:
         self._send("reset_pipeline")
         self.pipe.clear()
         self.acts = init_acts(self.cfg, self.mesh, self.ladders.tokens[-1], self._acts_dtype)
+        self._prev_tokens = self._zero_tokens()
+
+    def _zero_tokens(self) -> jax.Array:
+        return jax.device_put(np.zeros(self.max_seqs, np.int32), NamedSharding(self.mesh, P()))
 
     def _send(self, op: str, arrays: dict[str, np.ndarray] | None = None) -> None:
         if self.channel is not None:
@@ -235,10 +261,23 @@ class Executor:
         """Run one step through every stage and return its sampled tokens (pipeline idle)."""
         if not self.pipe.is_empty:
             raise RuntimeError("execute() needs an idle pipeline; use tick() while batches are in flight")
+        if self.depth == 1:
+            return self.launch(step).result()
         done, result = self._advance(step)
         while done is None:
             done, result = self._advance(None)
         return result
+
+    def launch(self, step: StepInput) -> Launched:
+        """Start one step (spp == 1) and return at once: the device runs it while the host goes on
+        (XLA dispatch is asynchronous). Its pending tokens (`SeqInput.feed`) read the samples of the
+        step launched before it, which may still be running. `Launched.result()` waits."""
+        if self.depth != 1:
+            raise RuntimeError("launch() runs one step of a one-stage pipeline; use tick() with spp > 1")
+        plan = self.pipe.plan(Microbatch(step, self.pack(step)), self.runnable)
+        self._send("run", plan.arrays)
+        tokens, logprobs = self.launch_arrays(plan.arrays)
+        return Launched(tokens, logprobs, len(step.seqs))
 
     def _advance(self, step: StepInput | None):
         new = Microbatch(step, self.pack(step)) if step is not None and step.seqs else None
@@ -246,28 +285,37 @@ class Executor:
         if plan is None:
             return None, None
         self._send("run", plan.arrays)
-        tokens, logprobs = self.run_arrays(plan.arrays)
+        launched = Launched(*self.launch_arrays(plan.arrays), 0)
         self.pipe.commit(plan)
         out = plan.exiting
         if out is None:
             return None, None
-        n = len(out.batch.seqs)
-        return out.batch, StepResult(tokens[:n], logprobs[:n])
+        launched.n = len(out.batch.seqs)
+        return out.batch, launched.result()
 
-    def run_arrays(self, arrays: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        """One compiled tick on a `TickPlan.arrays` dict; the only place the step runs."""
+    def run_arrays(self, arrays: dict[str, np.ndarray]) -> None:
+        """One tick on a `TickPlan.arrays` dict, waited for (a multi-host follower's replay)."""
+        self.launch_arrays(arrays)[0].block_until_ready()
+
+    def launch_arrays(self, arrays: dict[str, np.ndarray]) -> tuple[jax.Array, jax.Array]:
+        """Start one compiled tick on a `TickPlan.arrays` dict; the only place the step runs.
+        Returns its (tokens i32[max_seqs], logprobs f32[S]) on the device, not waited for."""
         exe = self._compile(bucket_of(arrays))
         put = self._global if self._multiprocess else (lambda a, f: a)
         inp = ModelInputs(**{f: put(arrays[f], f) for f in MODEL_FIELDS})
         samp = SamplingArrays(*(put(arrays[f], f) for f in SAMPLING_FIELDS))
+        t0 = time.perf_counter()
         tokens, logprobs, self.kv_k, self.kv_v, self.acts = exe(self.params, self.kv_k, self.kv_v, self.acts,
-                                                                inp, samp)
-        # Replicated outputs: every process reads its own copy.
-        return np.asarray(tokens.addressable_data(0)), np.asarray(logprobs.addressable_data(0))
+                                                                inp, samp, put(arrays["feed_index"], "feed_index"),
+                                                                self._prev_tokens)
+        self._prev_tokens = tokens
+        if self.timeline is not None:
+            self.timeline.launched(t0, tokens)
+        return tokens, logprobs
 
     def _global(self, a: np.ndarray, field: str) -> jax.Array:
         """A host array every process holds whole -> a global array in the field's sharding."""
         return jax.make_array_from_callback(a.shape, self._shardings[field], lambda idx: a[idx])
 
 
-__all__ = ["Executor", "StepResult", "TickPlan", "compile_events"]
+__all__ = ["Executor", "Launched", "StepResult", "TickPlan", "compile_events"]

@@ -3,7 +3,8 @@
 For each scheduled sequence s with `n` tokens starting at position `p`, `model.inputs.pack_arrays`
 lays out token ids, positions and, per kvp group g, the local KV slots of the tokens g holds,
 kv_lens, q_offsets and the group's page table (see `medha_jax.model.inputs` for the layout);
-logits_indices[s] is the sequence's last token (sampled only when the sequence `samples`).
+logits_indices[s] is the sequence's last token (sampled only when the sequence `samples`);
+feed_index marks a pending last token (`SeqInput.feed`): the step reads its id on the device.
 Padding tokens get slot -1 (their KV write is dropped) and padding sequences own no tokens and
 no KV, so the attention kernels give them nothing to do.
 
@@ -40,6 +41,7 @@ class PackedBatch:
     kv_lens: np.ndarray  # i32[kvp, S]
     page_table: np.ndarray  # i32[kvp, S, P]
     logits_indices: np.ndarray  # i32[S]
+    feed_index: np.ndarray  # i32[T]: index into the previous step's sampled tokens, -1 = use token_ids
     temperature: np.ndarray  # f32[S]
     top_k: np.ndarray  # i32[S]
     top_p: np.ndarray  # f32[S]
@@ -58,20 +60,26 @@ def pack_batch(step: StepInput, bucket: Bucket, page_size: int, *, kvp: int = 1,
     top_p = np.ones(S, np.float32)
     seed = np.zeros(S, np.uint32)
     step_no = np.zeros(S, np.int32)
+    feed_index = np.full(bucket.tokens, -1, np.int32)
+    cu = arrays["cu_q_lens"]
     for i, seq in enumerate(step.seqs):
         temperature[i] = seq.temperature
         top_k[i] = seq.top_k
         top_p[i] = seq.top_p
         seed[i] = seq.seed & 0xFFFFFFFF
         step_no[i] = seq.step
-    return PackedBatch(bucket, **arrays, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, step=step_no)
+        if seq.feed >= 0:
+            feed_index[cu[i + 1] - 1] = seq.feed  # the pending token is the sequence's last
+    return PackedBatch(bucket, **arrays, feed_index=feed_index, temperature=temperature, top_k=top_k, top_p=top_p,
+                       seed=seed, step=step_no)
 
 
 def empty(bucket: Bucket, kvp: int) -> PackedBatch:
     """A microbatch with no tokens and no sequences (pipeline slots with nothing in them)."""
     arrays = pack_arrays([], 1, tokens=bucket.tokens, num_seqs=bucket.seqs, pages=bucket.pages, kvp=kvp)
     S = bucket.seqs
-    return PackedBatch(bucket, **arrays, temperature=np.zeros(S, np.float32), top_k=np.zeros(S, np.int32),
+    return PackedBatch(bucket, **arrays, feed_index=np.full(bucket.tokens, -1, np.int32),
+                       temperature=np.zeros(S, np.float32), top_k=np.zeros(S, np.int32),
                        top_p=np.ones(S, np.float32), seed=np.zeros(S, np.uint32), step=np.zeros(S, np.int32))
 
 
@@ -90,7 +98,8 @@ def pad_to(pb: PackedBatch, bucket: Bucket) -> PackedBatch:
         cu_q_lens=last(pb.cu_q_lens, ds, mode="edge"),
         q_offsets=last(pb.q_offsets, ds), kv_lens=last(pb.kv_lens, ds),
         page_table=np.pad(pb.page_table, ((0, 0), (0, ds), (0, dp))),
-        logits_indices=last(pb.logits_indices, ds), temperature=last(pb.temperature, ds),
+        logits_indices=last(pb.logits_indices, ds), feed_index=last(pb.feed_index, dt, constant_values=-1),
+        temperature=last(pb.temperature, ds),
         top_k=last(pb.top_k, ds), top_p=last(pb.top_p, ds, constant_values=1.0), seed=last(pb.seed, ds),
         step=last(pb.step, ds),
     )

@@ -6,6 +6,7 @@
                while the rest still compile (Executor.runnable); every row padded to it
       inputs = every ModelInputs field stacked over stages: row s -> stage s      [spp, ...]
       sampling arrays of the microbatch at the last stage (it exits this tick)
+      feed_index of the microbatch at stage 0 (pending token ids read on the device)
   -> compiled tick -> PipelineSlots.commit(plan)
 
 Design decision (shape buckets): each microbatch is packed once, at its own bucket, when it is
@@ -75,6 +76,7 @@ class PipelineSlots:
         rows = [pad_to(m.packed, bucket) if m is not None else _empty(bucket, self.kvp) for m in stages]
         arrays = {f: np.stack([getattr(r, f) for r in rows]) for f in MODEL_FIELDS}
         arrays.update({f: getattr(rows[-1], f) for f in SAMPLING_FIELDS})
+        arrays["feed_index"] = rows[0].feed_index  # only stage 0 embeds token ids
         return TickPlan(bucket, arrays, stages)
 
     def commit(self, plan: TickPlan) -> None:

@@ -32,10 +32,13 @@ from medha_jax.model.inputs import ModelInputs
 from medha_jax.model.llama import AttentionFn, embed, final_logits, local_inputs, next_stage, run_layers
 
 
-def _tick(params, kv_k, kv_v, acts, inp: ModelInputs, samp, *, cfg: LlamaConfig, attention_fn: AttentionFn,
-          sample_fn):
+def _tick(params, kv_k, kv_v, acts, inp: ModelInputs, samp, feed_index, prev_tokens, *, cfg: LlamaConfig,
+          attention_fn: AttentionFn, sample_fn, max_seqs: int):
     inp = local_inputs(inp, stacked=True)
     spp = lax.axis_size("spp")
+    # Pending token ids (asynchronous scheduling) come from the previous tick's samples, on the device.
+    ids = jnp.where(feed_index >= 0, prev_tokens[jnp.maximum(feed_index, 0)], inp.token_ids)  # ids: i32[T]
+    inp = inp.replace(token_ids=ids)
     x = embed(params, inp)  # x: [T, D]
     T = x.shape[0]
     if spp > 1:
@@ -48,34 +51,42 @@ def _tick(params, kv_k, kv_v, acts, inp: ModelInputs, samp, *, cfg: LlamaConfig,
         tok = lax.psum(jnp.where(last, tok, 0), "spp")
         logprob = lax.psum(jnp.where(last, logprob, 0.0), "spp")
         acts = lax.dynamic_update_slice(acts, next_stage(x)[None].astype(acts.dtype), (0, 0, 0))
+    tok = jnp.pad(tok, (0, max_seqs - tok.shape[0]))  # tok: i32[max_seqs], whatever the bucket
     return tok, logprob, kv_k, kv_v, acts
 
 
-def make_step(cfg: LlamaConfig, mesh: Mesh, attention_fn: AttentionFn, sample_fn):
-    """`(params, kv_k, kv_v, acts, inp, samp) -> (tokens i32[S], logprobs f32[S], kv_k, kv_v, acts)`.
+def make_step(cfg: LlamaConfig, mesh: Mesh, attention_fn: AttentionFn, sample_fn, max_seqs: int):
+    """`(params, kv_k, kv_v, acts, inp, samp, feed_index, prev_tokens)
+        -> (tokens i32[max_seqs], logprobs f32[S], kv_k, kv_v, acts)`.
 
     inp: `ModelInputs` with a leading [spp] stage dim on every field (row s = the microbatch at
     stage s); samp: the sampling arrays of the microbatch at the last stage, replicated;
-    sample_fn(logits f32[S, V], samp) -> (tokens, logprobs). acts: `init_acts(...)` or None
-    when spp == 1. Jittable; donate kv_k, kv_v and acts.
+    sample_fn(logits f32[S, V], samp) -> (tokens, logprobs). feed_index i32[T]: for the
+    microbatch entering stage 0, where >= 0 its token id is prev_tokens[feed_index]
+    (prev_tokens: the previous tick's `tokens`, so a sampled token feeds the next step without a
+    host round trip). tokens: the exiting microbatch's samples padded to max_seqs, the same shape
+    in every bucket. acts: `init_acts(...)` or None when spp == 1. Jittable; donate kv_k, kv_v
+    and acts.
     """
     lay = sharding.layout(cfg, mesh)
     kv = sharding.KV_CACHE_SPEC
-    per_device = functools.partial(_tick, cfg=cfg, attention_fn=attention_fn, sample_fn=sample_fn)
+    per_device = functools.partial(_tick, cfg=cfg, attention_fn=attention_fn, sample_fn=sample_fn,
+                                   max_seqs=max_seqs)
     common = dict(mesh=mesh, check_vma=False)  # see make_forward: the kernels carry no vma types
+    inputs = sharding.input_specs(stacked=True)
     if lay.spp == 1:
         mapped = jax.shard_map(
-            lambda p, k, v, i, s: per_device(p, k, v, None, i, s)[:4], **common,
-            in_specs=(sharding.param_specs(cfg), kv, kv, sharding.input_specs(stacked=True), P()),
+            lambda p, k, v, i, s, f, t: per_device(p, k, v, None, i, s, f, t)[:4], **common,
+            in_specs=(sharding.param_specs(cfg), kv, kv, inputs, P(), P(), P()),
             out_specs=(P(), P(), kv, kv))
 
-        def step(params, kv_k, kv_v, acts, inp, samp):
-            return (*mapped(params, kv_k, kv_v, inp, samp), None)
+        def step(params, kv_k, kv_v, acts, inp, samp, feed_index, prev_tokens):
+            return (*mapped(params, kv_k, kv_v, inp, samp, feed_index, prev_tokens), None)
 
         return step
     return jax.shard_map(
         per_device, **common,
-        in_specs=(sharding.param_specs(cfg), kv, kv, sharding.ACTS_SPEC, sharding.input_specs(stacked=True), P()),
+        in_specs=(sharding.param_specs(cfg), kv, kv, sharding.ACTS_SPEC, inputs, P(), P(), P()),
         out_specs=(P(), P(), kv, kv, sharding.ACTS_SPEC))
 
 

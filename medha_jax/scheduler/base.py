@@ -35,6 +35,14 @@ it has passed the first stage: its prefill chunks count as computed (the next ch
 at once), and a request whose final chunk or decode is still in the pipeline has nothing left to
 compute until its token is appended, so it is neither scheduled nor chosen as a victim.
 
+An engine that schedules step n+1 while step n runs (`on_batch_done(..., tokens_pending=True)`)
+does not wait for the token either: each request that sampled in step n holds one pending token
+(counted in `num_tokens`, id unknown), and step n+1 may decode it at once, the device feeding it
+the id it sampled; `update_from_output` for step n turns the pending token into its id. A request
+with a pending token is never a victim, and one whose pending token is its last (max_tokens, the
+context) is not scheduled again. A request stopped by its token (EOS, a stop string) was already
+in step n+1: that step's work for it is dropped.
+
 With kvp > 1 predicted times are the slowest kvp group's (`kvp_cost`). Pure Python, no JAX.
 """
 
@@ -210,26 +218,41 @@ class Scheduler:
                 batch.predicted_time = predict_pairs(self.predictor, self.kv, Composition.from_batch(batch).seqs)
         return batch
 
-    def on_batch_done(self, batch: ScheduledBatch, now: float, measured_time: float | None = None) -> None:
-        """Advance every scheduled request by its tokens and record the iteration."""
+    def on_batch_done(self, batch: ScheduledBatch, now: float, measured_time: float | None = None, *,
+                      tokens_pending: bool = False, record: bool = True) -> None:
+        """Advance every scheduled request by its tokens and (record=True) record the iteration.
+
+        tokens_pending: the batch's sampled tokens stay on the device for now; each sequence that
+        samples leaves its request one pending token (`Request.num_pending_tokens`), which the
+        next batch may already compute, and `update_from_output` later turns into its id.
+        record=False: the engine records the iteration itself once it is timed (`record`)."""
         for seq in batch.seqs:
             req = seq.request
             self._in_flight.discard(req)
             if req.is_finished or req.num_computed_tokens != seq.start_pos or req not in self.running:
                 continue  # finished, aborted or preempted while in flight: nothing to advance
             req.num_computed_tokens += seq.num_tokens
+            if tokens_pending and seq.samples:
+                req.num_pending_tokens += 1
+        batch.tokens_pending = tokens_pending
         for req in batch.preempted:
             if req.status is RequestStatus.PREEMPTED:
                 req.status = RequestStatus.WAITING
-        if batch.seqs:
-            comp = Composition.from_batch(batch)
-            self.records.append(IterationRecord(comp, batch.predicted_time, measured_time, now))
-            if self.predictor is not None and measured_time is not None and batch.predicted_time:
-                if self.kv.kvp == 1:
-                    self.predictor.observe(comp, measured_time)
-                else:  # the slowest kvp group's raw prediction
-                    self.predictor.observe_raw(predict_pairs(self.predictor, self.kv, comp.seqs, raw=True),
-                                               measured_time)
+        if record:
+            self.record(batch, now, measured_time)
+
+    def record(self, batch: ScheduledBatch, now: float, measured_time: float | None) -> None:
+        """The iteration's record (predicted vs measured); the predictor learns from the pair."""
+        if not batch.seqs:
+            return
+        comp = Composition.from_batch(batch)
+        self.records.append(IterationRecord(comp, batch.predicted_time, measured_time, now))
+        if self.predictor is not None and measured_time is not None and batch.predicted_time:
+            if self.kv.kvp == 1:
+                self.predictor.observe(comp, measured_time)
+            else:  # the slowest kvp group's raw prediction
+                self.predictor.observe_raw(predict_pairs(self.predictor, self.kv, comp.seqs, raw=True),
+                                           measured_time)
 
     def update_from_output(self, batch: ScheduledBatch, sampled: Sequence[int] | int, now: float, *,
                            logprobs: Sequence[float] | None = None,
@@ -245,11 +268,18 @@ class Scheduler:
         `on_batch_done` for the same batch. Returns the requests that finished."""
         finished = []
         eos = self.eos_token_ids
+        pending = batch.tokens_pending
         for i, seq in enumerate(batch.seqs):
             if not seq.samples:
                 continue
             req = seq.request
-            if req.is_finished or req.num_computed_tokens != req.num_tokens:
+            if req.is_finished:
+                continue
+            if pending:  # the token was counted as pending when the batch was done
+                if not req.num_pending_tokens:
+                    continue  # not advanced by this batch (preempted while in flight)
+                req.num_pending_tokens -= 1
+            elif req.num_computed_tokens != req.num_tokens:
                 continue
             tok = sampled if isinstance(sampled, int) else int(sampled[i])
             req.output_token_ids.append(tok)
@@ -269,7 +299,7 @@ class Scheduler:
     # ---- helpers shared by the packers ------------------------------------------------------
     @staticmethod
     def is_decode(req: Request) -> bool:
-        return req.num_remaining_tokens == 1 and bool(req.output_token_ids)
+        return req.num_remaining_tokens == 1 and req.has_sampled
 
     def prefill_candidates(self, now: float):
         """Ready running partial prefills and waiting requests, best first (lazy)."""
@@ -317,7 +347,8 @@ class Scheduler:
         worst, worst_key = None, None
         for r in self.running:
             # num_remaining_tokens == 0: its last chunk or decode is still in the pipeline (SPP).
-            if r is requester or r in self._in_flight or self.is_decode(r) or r.num_remaining_tokens == 0:
+            if (r is requester or r in self._in_flight or self.is_decode(r) or r.num_remaining_tokens == 0
+                    or r.num_pending_tokens):
                 continue
             k = key(r, now)
             if (floor is None or k > floor) and (worst is None or k > worst_key):
@@ -325,7 +356,7 @@ class Scheduler:
         if worst is not None or not decode:
             return worst
         for r in reversed(self.running):
-            if r is not requester and r not in self._in_flight and self.is_decode(r):
+            if r is not requester and r not in self._in_flight and self.is_decode(r) and not r.num_pending_tokens:
                 return r
         return None
 
@@ -338,6 +369,12 @@ class Scheduler:
         self.num_preemptions += 1
         self.waiting[req] = None
         self.policy.on_waiting(req)
+
+    def _ends_with_pending(self, req: Request) -> bool:
+        """The request stops at its pending token whatever its id (max_tokens or the context)."""
+        n = len(req.output_token_ids) + req.num_pending_tokens
+        return n >= req.sampling_params.max_tokens or (self.max_model_len is not None
+                                                        and req.num_tokens >= self.max_model_len)
 
     def _schedule_decodes(self, batch: ScheduledBatch, now: float) -> None:
         """Phase 1: every ready decode, oldest first; collects ready partial prefills on the way.
@@ -357,11 +394,14 @@ class Scheduler:
                 continue
             out = req.output_token_ids
             done = req.num_computed_tokens
-            remaining = len(req.prompt_token_ids) + len(out) - done
-            if remaining != 1 or not out:
+            pending = req.num_pending_tokens
+            remaining = len(req.prompt_token_ids) + len(out) + pending - done
+            if remaining != 1 or not (out or pending):
                 if remaining >= 1:
                     partials.append(req)
                 continue
+            if pending and self._ends_with_pending(req):
+                continue  # its pending token is its last: nothing more to compute
             if len(seqs) >= cap:
                 continue
             if batch.preempted and req not in running:

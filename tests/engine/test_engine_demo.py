@@ -147,19 +147,44 @@ def test_a_failed_iteration_fails_only_its_requests_and_the_engine_recovers(llm)
     """Fault injection: the compiled step raises after its donated KV cache was consumed."""
     eng = llm.engine
     ref = llm.generate([[11, 12, 13]], _greedy(8))[0].token_ids
-    real_execute = eng.executor.execute
+    real_launch = eng.executor.launch
 
-    def failing_execute(step):
+    def failing_launch(step):
         eng.executor.kv_k.delete()  # what a step that died on the device leaves behind
         raise RuntimeError("injected device failure")
 
-    eng.executor.execute = failing_execute
+    eng.executor.launch = failing_launch
     try:
         victim = eng.add_request([3, 4, 5], _greedy(8))
         outs = eng.step()
     finally:
-        eng.executor.execute = real_execute
+        del eng.executor.launch
     assert [(o.request_id, o.finish_reason) for o in outs] == [(victim.request_id, "error")]
     assert "injected device failure" in outs[0].error
     assert not eng.executor.kv_cache_lost()
     assert llm.generate([[11, 12, 13]], _greedy(8))[0].token_ids == ref
+
+
+def test_async_scheduling_gives_the_tokens_stops_and_logprobs_of_waiting_for_each_step(llm):
+    """The default engine launches step n+1 before reading step n's tokens (the device feeds them);
+    one that waits for every step must produce exactly the same requests' outputs."""
+    assert llm.engine._async
+    sync = LLM(model="demo", async_scheduling=False, **KW)
+    assert not sync.engine._async
+    prompts = [bytes(range(50, 50 + n)).decode("latin-1") for n in (5, 70, 1, 130, 22)]
+    free = sync.generate(prompts, _greedy(20))
+    params = [
+        _greedy(20, stop_token_ids=[free[0].token_ids[3]]),
+        SamplingParams(max_tokens=16, temperature=0.8, top_k=40, seed=7, logprobs=True, ignore_eos=True),
+        _greedy(1),
+        _greedy(20, stop=[free[3].text[2:5]]) if len(free[3].text) > 5 else _greedy(7),
+        SamplingParams(max_tokens=20, temperature=1.0, seed=11, ignore_eos=True),
+    ]
+    want = sync.generate(prompts, params)
+    sync.close()
+    got = llm.generate(prompts, params)
+    for g, w in zip(got, want):
+        assert (g.token_ids, g.text, g.finish_reason, g.stop_reason) == (w.token_ids, w.text, w.finish_reason,
+                                                                         w.stop_reason)
+        assert g.logprobs == pytest.approx(w.logprobs, abs=1e-4)  # other batches: other summation orders
+    assert got[0].finish_reason == "stop" and len(got[0].token_ids) < 20  # stopped by its token
