@@ -58,16 +58,16 @@ def test_full_queue_answers_resource_exhausted_and_429(stub, served):
 def faulty_executor(served):
     """Make the real executor raise for any batch holding a POISON prompt (the engine's error path)."""
     ex = served.engine.executor
-    real = ex.execute
+    real = ex.launch  # where every step starts, waited for (execute) or not (asynchronous scheduling)
 
-    def execute(step):
+    def launch(step):
         if any(POISON in seq.token_ids for seq in step.seqs):
             raise RuntimeError("injected device fault")
         return real(step)
 
-    ex.execute = execute
+    ex.launch = launch
     yield
-    del ex.execute
+    del ex.launch
 
 
 def test_failed_iteration_is_internal_and_server_keeps_serving(stub, served, reference, faulty_executor):
