@@ -16,11 +16,14 @@ Two implementations with the same signature:
   masked softmax. Obviously right; memory grows with T * P * page_size. For tests.
 - `paged_attention_xla`: the engine's XLA backend. Walks KV in blocks of pages with an online
   softmax. Prefill chunks go tile by tile (128 tokens of one sequence share each gathered block
-  of 16 pages, and a tile stops at its own causal frontier); decodes go together (one gathered block
+  of 16 pages, 32-token tiles take what is left of a chunk, and a tile stops at its own causal
+  frontier); decodes go together (one gathered block
   per sequence per step, up to the longest decode frontier). No per-token KV gathers.
 """
 
 from __future__ import annotations
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -63,17 +66,19 @@ def paged_attention_reference(q, k_pages, v_pages, page_table, cu_q_lens, q_offs
 
 def paged_attention_xla(
     q, k_pages, v_pages, page_table, cu_q_lens, q_offsets, kv_lens, *, scale, block_pages: int = 8,
-    prefill_block_pages: int = 16, block_q: int | None = None,
+    prefill_block_pages: int = 16, block_q: int | None = None, small_block_q: int | None = None,
 ):
     """Online-softmax paged attention over blocks of pages (same contract as the reference).
 
-    Prefill sequences (q_len >= 2) run tile by tile (`block_q` tokens of one sequence, default
-    XLA_BLOCK_Q, gather each block of `prefill_block_pages` pages once, up to that tile's own causal
-    frontier); decodes (q_len == 1) run together, one gathered block of `block_pages` pages per
-    sequence per step, up to the longest decode frontier. The defaults are the fastest measured on
-    a CPU (`benchmarks/results/xla_attention_tiles_cpu.md`): large prefill tiles amortise each
-    loop step's gather and bookkeeping, while decodes keep small blocks because every sequence
-    slot walks up to the longest decode.
+    Prefill sequences (q_len >= 2) run tile by tile, each tile gathering a block of
+    `prefill_block_pages` pages at a time up to its own causal frontier: tiles of `block_q` tokens
+    (default XLA_BLOCK_Q) over the whole multiples of block_q, then tiles of `small_block_q`
+    (default XLA_SMALL_BLOCK_Q) over the rest, so a short chunk pays for at most small_block_q - 1
+    padding rows, not block_q - 1. Decodes (q_len == 1) run together, one gathered block of
+    `block_pages` pages per sequence per step, up to the longest decode frontier. The defaults are
+    the fastest measured on a CPU (`benchmarks/results/xla_attention_tiles_cpu.md`): large tiles
+    amortise each loop step's gather and bookkeeping, while decodes keep small blocks because every
+    sequence slot walks up to the longest decode.
     """
     T, H, Dh = q.shape
     _, page, KVH, _ = k_pages.shape
@@ -83,8 +88,19 @@ def paged_attention_xla(
     q_len = cu_q_lens[1:] - cu_q_lens[:-1]
     seq, _ = _token_rows(cu_q_lens, q_offsets, kv_lens, T)
     bpp, bpd = min(prefill_block_pages, P), min(block_pages, P)
-    out_p, lse_p = _xla_prefill_tiles(qg, k_pages, v_pages, _pad_table(page_table, bpp), cu_q_lens, q_offsets,
-                                      kv_lens, bpp, XLA_BLOCK_Q if block_q is None else block_q)
+    big = XLA_BLOCK_Q if block_q is None else block_q
+    small = min(big, XLA_SMALL_BLOCK_Q if small_block_q is None else small_block_q)
+    table_p = _pad_table(page_table, bpp)
+    pre_len = jnp.where(q_len >= 2, q_len, 0)  # pre_len: i32[S], tokens of the prefill sequences
+    # split: i32[S], big tiles cover [0, split), small ones [split, pre_len) (one size: all big)
+    split = pre_len // big * big if small < big else pre_len
+    q_pad = jnp.pad(qg, ((0, big), (0, 0), (0, 0), (0, 0)))  # a tile may run past T
+    G = H // KVH
+    acc = (jnp.zeros((T + big, KVH, G, Dh), jnp.float32), jnp.full((T + big, KVH, G), NEG_INF, jnp.float32))
+    tiles = functools.partial(_xla_prefill_tiles, q_pad, k_pages, v_pages, table_p, cu_q_lens, q_offsets, kv_lens, bpp)
+    acc = tiles(big, jnp.zeros_like(split), split, acc)
+    out_p, lse_p = tiles(small, split, pre_len, acc) if small < big else acc
+    out_p, lse_p = out_p[:T], lse_p[:T]
     out_d, lse_d = _xla_decodes(qg, k_pages, v_pages, _pad_table(page_table, bpd), cu_q_lens, q_offsets, kv_lens,
                                 bpd)
     real = jnp.arange(T) < cu_q_lens[S]
@@ -102,6 +118,7 @@ def _pad_table(page_table, bp: int):
 
 
 XLA_BLOCK_Q = 128  # query tokens per prefill tile of the XLA path (scheduler.predictor.TILE_Q)
+XLA_SMALL_BLOCK_Q = 32  # ... per tile over a chunk's last chunk_len % XLA_BLOCK_Q tokens (predictor.SMALL_TILE_Q)
 
 
 def _online_step(carry, s, mask, v):
@@ -122,26 +139,24 @@ def _finish(m, l, acc):
     return out, jnp.where(seen, m + jnp.log(jnp.where(seen, l, 1.0)), NEG_INF)
 
 
-def _xla_prefill_tiles(qg, k_pages, v_pages, table, cu_q_lens, q_offsets, kv_lens, bp, BQ):
-    """Sequences with q_len >= 2, one tile of BQ tokens at a time -> (f32[T, KVH, G, Dh], f32[T, KVH, G]).
+def _xla_prefill_tiles(q_pad, k_pages, v_pages, table, cu_q_lens, q_offsets, kv_lens, bp, BQ, lo, hi, acc):
+    """Tiles of BQ tokens over local tokens [lo[s], hi[s]) of every sequence s; writes their rows of
+    acc = (out f32[T + pad, KVH, G, Dh], lse f32[T + pad, KVH, G]) and returns it.
 
     Inside a tile the G query heads sharing a KV head are folded into the rows, so each KV block
     is one batched matmul per KV head ([BQ*G, Dh] x [Dh, block], batch dimension first): on a CPU
     that halves the time of the [BQ, KVH, G] x [block, KVH] contraction it replaces
     (`benchmarks/xla_attention_tiles.py`)."""
-    T, KVH, G, Dh = qg.shape
+    _, KVH, G, Dh = q_pad.shape
     page = k_pages.shape[1]
     block = bp * page
-    q_len = cu_q_lens[1:] - cu_q_lens[:-1]
-    n_tiles = jnp.where(q_len >= 2, (q_len + BQ - 1) // BQ, 0)  # n_tiles: i32[S]
+    n_tiles = jnp.maximum(hi - lo + BQ - 1, 0) // BQ  # n_tiles: i32[S]
     t_end = jnp.cumsum(n_tiles)
-    q_pad = jnp.pad(qg, ((0, BQ), (0, 0), (0, 0), (0, 0)))  # a tile may run past T
-    init = (jnp.zeros((T + BQ, KVH, G, Dh), jnp.float32), jnp.full((T + BQ, KVH, G), NEG_INF, jnp.float32))
 
     def tile(i, carry):
         out, lse = carry
         s = jnp.searchsorted(t_end, i, side="right")
-        k0 = (i - (t_end[s] - n_tiles[s])) * BQ  # local index of the tile's first token
+        k0 = lo[s] + (i - (t_end[s] - n_tiles[s])) * BQ  # local index of the tile's first token
         tok0 = cu_q_lens[s] + k0
         qt = jax.lax.dynamic_slice_in_dim(q_pad, tok0, BQ)  # qt: f32[BQ, KVH, G, Dh]
         qf = qt.transpose(1, 0, 2, 3).reshape(KVH, BQ * G, Dh)  # qf: f32[KVH, BQ*G, Dh], rows (token, head)
@@ -162,14 +177,13 @@ def _xla_prefill_tiles(qg, k_pages, v_pages, table, cu_q_lens, q_offsets, kv_len
         o_t, lse_t = _finish(*jax.lax.fori_loop(0, (jnp.max(lim) + block - 1) // block, block_step, c0))
         o_t = o_t.reshape(KVH, BQ, G, Dh).transpose(1, 0, 2, 3)  # o_t: f32[BQ, KVH, G, Dh]
         lse_t = lse_t.reshape(KVH, BQ, G).transpose(1, 0, 2)  # lse_t: f32[BQ, KVH, G]
-        mine = (jnp.arange(BQ) < q_len[s] - k0)[:, None, None]  # rows past the sequence keep old values
+        mine = (jnp.arange(BQ) < hi[s] - k0)[:, None, None]  # rows past the range keep old values
         o_t = jnp.where(mine[..., None], o_t, jax.lax.dynamic_slice_in_dim(out, tok0, BQ))
         lse_t = jnp.where(mine, lse_t, jax.lax.dynamic_slice_in_dim(lse, tok0, BQ))
         return (jax.lax.dynamic_update_slice_in_dim(out, o_t, tok0, 0),
                 jax.lax.dynamic_update_slice_in_dim(lse, lse_t, tok0, 0))
 
-    out, lse = jax.lax.fori_loop(0, t_end[-1], tile, init)
-    return out[:T], lse[:T]
+    return jax.lax.fori_loop(0, t_end[-1], tile, acc)
 
 
 def _xla_decodes(qg, k_pages, v_pages, table, cu_q_lens, q_offsets, kv_lens, bp):

@@ -8,14 +8,14 @@
 Model (per iteration; the layer count is folded into the coefficients):
   t = const + tokens * sum(q) + chunk_kv * sum_prefill(q * kv) + chunk_sq * sum_prefill(q^2)
         + decodes * n_decodes + decode_kv * sum_decode(kv) + tokens_maxctx * sum(q) * max(q + kv)
-        + tile_kv * sum_prefill(TILE_Q * sum_tiles(blocks(frontier) * TILE_KV_BLOCK))
+        + tile_kv * sum_prefill(sum_tiles(tile_rows * blocks(frontier) * TILE_KV_BLOCK))
         + decode_span * seq_slots(n) * blocks(max_decode(kv)) * KV_BLOCK   [+ tokens_sq * sum(q)^2]
 where a pair (q, kv) is a decode when q == 1 and kv > 0, and kv counts tokens cached before the
 iteration. The last two follow the XLA attention backend's loops: a prefill chunk runs in tiles
-of TILE_Q query tokens, each over its own causal frontier in blocks of TILE_KV_BLOCK keys;
-decodes run together, every sequence slot of the batch (a power of two, at least MIN_SEQ_SLOTS)
-stepping KV_BLOCK keys at a time up to the longest decode. A chunk of 16 tokens costs as much
-attention as one of 128; the linear terms alone missed that by up to 40%
+of TILE_Q query tokens (SMALL_TILE_Q for the last q % TILE_Q), each over its own causal frontier
+in blocks of TILE_KV_BLOCK keys; decodes run together, every sequence slot of the batch (a power
+of two, at least MIN_SEQ_SLOTS) stepping KV_BLOCK keys at a time up to the longest decode. A chunk of 16 tokens costs as much
+attention as one of 32; the linear terms alone missed that by up to 40%
 (`benchmarks/results/predictor_cpu.md`). On another backend NNLS gives them the weight the
 measurements support (none, if they explain nothing). Coefficients are non-negative (fitted by
 NNLS, relative-error weighted), so predictions grow with every kind of work: the packer's binary
@@ -41,6 +41,7 @@ ANALYTIC_FEATURES = ("const", "tokens", "chunk_kv", "chunk_sq", "decodes", "deco
 DEFAULT_FEATURES = ANALYTIC_FEATURES + ("tile_kv", "decode_span")
 """For measured profiles: adds the attention backend's tiling."""
 TILE_Q = 128  # query tokens per prefill tile (pallas_kernels.reference.XLA_BLOCK_Q)
+SMALL_TILE_Q = 32  # ... per tile over a chunk's last q % TILE_Q tokens (reference.XLA_SMALL_BLOCK_Q)
 TILE_KV_BLOCK = 256  # keys per step of a prefill tile (paged_attention_xla's prefill_block_pages 16 x page_size 16)
 MIN_TABLE_KEYS = 128  # narrowest page table (executor.buckets: min_pages 8 x page_size 16)
 KV_BLOCK = 128  # keys per decode step of that backend (block_pages 8 x page_size 16)
@@ -73,18 +74,22 @@ def profile_path(directory: str, key: ProfileKey) -> str:
 
 
 def tile_work(q: int, kv: int, new: int | None = None) -> float:
-    """Key-query pairs a prefill chunk's tiles walk: ceil(q / TILE_Q) tiles of TILE_Q queries, tile i
-    stepping a block of keys at a time up to its causal frontier kv + min((i + 1) * TILE_Q, new),
-    over kv cached keys and `new` keys written by the chunk itself (default q; fewer on a kvp group
-    that holds only part of the chunk). The block is TILE_KV_BLOCK keys, or the whole page table
-    when that is narrower (assumed just wide enough for this sequence: the smallest page bucket
-    holding kv + new). A 16-token chunk over 300 keys walks one whole tile over two whole blocks."""
+    """Key-query pairs a prefill chunk's tiles walk: q // TILE_Q tiles of TILE_Q queries, then
+    SMALL_TILE_Q-query tiles over the rest; a tile ending at local token e steps a block of keys at
+    a time up to its causal frontier kv + min(e, new), over kv cached keys and `new` keys written
+    by the chunk itself (default q; fewer on a kvp group that holds only part of the chunk). The
+    block is TILE_KV_BLOCK keys, or the whole page table when that is narrower (assumed just wide
+    enough for this sequence: the smallest page bucket holding kv + new). A 16-token chunk over
+    300 keys walks one 32-query tile over two whole blocks."""
     new = q if new is None else new
     block = min(TILE_KV_BLOCK, max(MIN_TABLE_KEYS, 1 << max(kv + new - 1, 0).bit_length()))
-    blocks = 0
-    for end in range(TILE_Q, -(-q // TILE_Q) * TILE_Q + 1, TILE_Q):
-        blocks += -(-(kv + min(end, new)) // block)
-    return float(TILE_Q * block * blocks)
+    split = q // TILE_Q * TILE_Q
+    rows = 0
+    for end in range(TILE_Q, split + 1, TILE_Q):
+        rows += TILE_Q * -(-(kv + min(end, new)) // block)
+    for end in range(split + SMALL_TILE_Q, -(-q // SMALL_TILE_Q) * SMALL_TILE_Q + 1, SMALL_TILE_Q):
+        rows += SMALL_TILE_Q * -(-(kv + min(end, new)) // block)
+    return float(rows * block)
 
 
 def decode_span(num_seqs: int, max_decode_kv: int) -> int:

@@ -22,11 +22,13 @@ def test_xla_matches_reference(make_batch, seqs, check, run, G, KVH, Dh, page, d
           run(paged_attention_reference, args), dtype)
 
 
-@pytest.mark.parametrize("block_q,prefill_block_pages", [(None, 32), (32, 8), (16, 3)])
-def test_xla_long_chunks_span_several_tiles(make_batch, Seq, check, run, block_q, prefill_block_pages):
-    """Chunks longer than one tile, ending mid-tile, next to decodes; None: the engine's tile."""
+@pytest.mark.parametrize("block_q,small_block_q,prefill_block_pages", [(None, None, 16), (32, 32, 8), (16, 4, 3)])
+def test_xla_long_chunks_span_several_tiles(make_batch, Seq, check, run, block_q, small_block_q, prefill_block_pages):
+    """Chunks longer than one tile, ending mid-tile (in big tiles, then small ones), next to
+    decodes; None: the engine's tiles."""
     batch = [Seq(300, 13), Seq(70, 13), Seq(33, 0), Seq(64, 64), Seq(1, 100), Seq(1, 0), Seq(129, 250)]
     args = make_batch(batch, H=4, KVH=2, Dh=64, page=8, pad_tokens=5)
-    check(run(paged_attention_xla, args, block_q=block_q, prefill_block_pages=prefill_block_pages),
+    check(run(paged_attention_xla, args, block_q=block_q, small_block_q=small_block_q,
+              prefill_block_pages=prefill_block_pages),
           run(paged_attention_reference, args), jnp.float32)
 

@@ -22,14 +22,15 @@ def random_compositions(n, seed=0):
 def test_feature_sums_split_decodes_and_chunks():
     comp = Composition.of([(1, 100), (1, 50), (10, 0), (20, 30), (1, 0)])
     # max context: the (1, 100) decode sees 101 keys; the (20, 30) chunk 50
-    # tile work: one whole 128-token tile each, over one whole 128-key block (page tables this short
-    # are 8 pages wide): (10, 0), (20, 30), (1, 0)
+    # tile work: one whole 32-token tile each (none reaches a 128-token tile), over one whole
+    # 128-key block (page tables this short are 8 pages wide): (10, 0), (20, 30), (1, 0)
     # decode span: 5 sequences take 8 slots, each walking the longest decode's 100 keys in blocks of 128
     assert feature_sums(comp) == [1.0, 33, 20 * 30, 100 + 400 + 1, 2, 150, 33 * 33, 33 * 101,
-                                  3 * 128 * 128, 8 * 128]
+                                  3 * 32 * 128, 8 * 128]
     assert feature_sums(Composition.of([(1, 300)]))[-1] == 4 * 384  # at least 4 slots; 3 blocks of 128
-    # 300 tokens after 1000: tiles end at 1128, 1256, 1300 keys -> 5 + 5 + 6 blocks of 256
-    assert tile_work(300, 1000) == 128 * 256 * 16
+    # 300 tokens after 1000: 128-token tiles end at 1128, 1256 keys (5 + 5 blocks of 256), then
+    # 32-token tiles over the last 44 tokens end at 1288, 1300 (6 + 6 blocks)
+    assert tile_work(300, 1000) == (128 * (5 + 5) + 32 * (6 + 6)) * 256
 
 
 def test_predict_is_the_linear_model():
