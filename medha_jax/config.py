@@ -58,6 +58,10 @@ class EngineConfig:
     compiles the cheapest other buckets (64) and any bucket a batch needs; until its own bucket is
     ready a batch runs padded in the cheapest compiled bucket that holds it. Off: every bucket
     before serving (benchmarks: no compiles during a timed run)."""
+    enable_prefix_caching: bool = True
+    """Keep full KV pages indexed by their tokens (and everything before them): a request whose
+    prompt starts like an earlier one's reuses those pages and prefills only the rest. Freed
+    cached pages stay reusable until memory is needed (least recently freed evicted first)."""
     async_scheduling: bool = True
     """Form and launch step n+1 while step n runs on the device (spp == 1): scheduling, packing and
     detokenizing overlap the device, and the token step n samples feeds step n+1 on the device.

@@ -310,6 +310,7 @@ class Engine:
         self._in_pipeline.clear()
         log.error("iteration failed; failing the requests of %d batch(es)", len(batches), exc_info=err)
         ex.reset_pipeline()
+        self.kv_manager.clear_prefix_cache()  # pages the failed step should have written are not trusted
         if ex.kv_cache_lost():
             # The donated cache died with the failed step: every cached request recomputes.
             ex.reset_kv_cache()

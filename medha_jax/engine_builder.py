@@ -128,7 +128,8 @@ def build_device_side(config: EngineConfig, scfg: SchedulerConfig) -> DeviceSide
         if config.mesh.strip().startswith(PRESET_PREFIX):
             group_tokens = min(load_preset(config.mesh.strip()).max_tokens_per_kvp_group or group_tokens, group_tokens)
     kvp = mesh_spec["kvp"]
-    kv_manager = KVCacheManager(pages_per_group, page, kvp=kvp, max_tokens_per_kvp_group=group_tokens)  # validates
+    kv_manager = KVCacheManager(pages_per_group, page, kvp=kvp, max_tokens_per_kvp_group=group_tokens,
+                                prefix_caching=config.enable_prefix_caching)  # validates
 
     ladders = BucketLadders.build(
         max_tokens=max_model_len if scfg.policy == "fcfs_nonchunked" else scfg.max_num_batched_tokens,

@@ -12,12 +12,19 @@ exist for positions [0, request.num_computed_tokens + n); allocation is all-or-n
 checks every group first and raises `OutOfPagesError` without allocating anything when a group
 is short. Page tables returned are the manager's live lists (they only grow while the request
 holds its pages, and are dropped, not cleared, on free): read them, never mutate them.
+
+With prefix caching (`prefix_caching=True`, `prefix_cache.PrefixCache`): `match_prefix(request)`
+gives a request that holds no pages the longest run of cached full pages equal to its first
+tokens (shared, refcounted, at least one token left to compute) and returns how many tokens they
+cover; `commit(request)` indexes the request's pages that are full and computed; freed cached
+pages are parked, still reusable by content, until an allocation needs them.
 Pure Python, no JAX.
 """
 
 from __future__ import annotations
 
 from medha_jax.page_allocator import OutOfPagesError, PageAllocator
+from medha_jax.prefix_cache import PrefixCache
 from medha_jax.request import Request
 
 
@@ -28,6 +35,7 @@ class KVCacheManager:
         page_size: int,
         kvp: int = 1,
         max_tokens_per_kvp_group: int | None = None,
+        prefix_caching: bool = False,
     ):
         for name, v in (("num_pages_per_group", num_pages_per_group), ("page_size", page_size), ("kvp", kvp)):
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -55,6 +63,8 @@ class KVCacheManager:
         """request_id -> page tables (read-only outside this class; `page_tables` is the API)."""
         self.covered: dict[str, int] = {}
         """request_id -> positions its pages can hold (read-only; lets hot loops skip a call)."""
+        self.prefix: PrefixCache | None = (
+            PrefixCache(page_size, max_tokens_per_kvp_group // page_size, self.allocators) if prefix_caching else None)
 
     # ---- capacity --------------------------------------------------------------------------
     @property
@@ -169,8 +179,50 @@ class KVCacheManager:
     def holds(self, request: Request) -> bool:
         return request.request_id in self.tables
 
+    # ---- prefix caching ----------------------------------------------------------------------
+    def match_prefix(self, request: Request) -> int:
+        """Give a request that holds no pages the cached pages of its longest cached prefix (whole
+        pages, leaving at least one token to compute); returns the tokens they cover (0 without
+        prefix caching or a hit). The caller sets `num_computed_tokens` to it."""
+        if self.prefix is None or request.request_id in self.tables:
+            return 0
+        known = request.prompt_len + len(request.output_token_ids)
+        tokens = request.token_ids_slice(0, known)
+        hits = self.prefix.match(request.request_id, tokens, (known - 1) // self.page_size)
+        if not hits:
+            return 0
+        tables: list[list[int]] = []
+        for g, page in hits:
+            self.allocators[g].acquire(page)
+            if g == len(tables):
+                tables.append([])
+            tables[g].append(page)
+        self.tables[request.request_id] = tables
+        n = len(hits) * self.page_size
+        self.covered[request.request_id] = n
+        return n
+
+    def commit(self, request: Request) -> None:
+        """Index the request's pages that are full and computed (called after its KV advanced)."""
+        prefix = self.prefix
+        known = request.prompt_len + len(request.output_token_ids)  # a pending token's id is unknown
+        full = min(request.num_computed_tokens, known) // self.page_size
+        if prefix is None or full <= prefix.num_registered(request.request_id):
+            return
+        tables = self.tables[request.request_id]
+        per = self.max_tokens_per_kvp_group // self.page_size
+        prefix.register(request.request_id, request.token_ids_slice(0, full * self.page_size), full,
+                        lambda i: (i // per, tables[i // per][i % per]))
+
+    def clear_prefix_cache(self) -> None:
+        """Forget every cached page's content (after the device KV cache was reset or a step failed)."""
+        if self.prefix is not None:
+            self.prefix.clear()
+
     def free(self, request: Request) -> int:
         """Release every page of the request; returns how many (0 if it held none)."""
+        if self.prefix is not None:
+            self.prefix.forget(request.request_id)
         tables = self.tables.pop(request.request_id, None)
         self.covered.pop(request.request_id, None)
         if not tables:

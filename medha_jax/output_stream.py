@@ -49,7 +49,7 @@ class OutputStream:
             metrics=RequestMetrics(
                 arrival_time=req.arrival_time, first_scheduled_time=req.first_scheduled_time,
                 first_token_time=req.first_token_time, finish_time=req.finish_time,
-                token_times=times, num_preemptions=req.num_preemptions,
+                token_times=times, num_preemptions=req.num_preemptions, num_cached_tokens=req.num_cached_tokens,
             ),
             error=req.error,
         )

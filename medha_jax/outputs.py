@@ -59,6 +59,8 @@ class RequestMetrics:
     finish_time: float | None
     token_times: Sequence[float] = field(default_factory=list)
     num_preemptions: int = 0
+    num_cached_tokens: int = 0
+    """Prompt tokens served from the prefix cache instead of prefilled."""
 
     @property
     def ttft(self) -> float | None:

@@ -66,6 +66,8 @@ class Request:
     device feeding it its own sampled id (`SeqInput.feed`)."""
     status: RequestStatus = RequestStatus.WAITING
     num_preemptions: int = 0
+    num_cached_tokens: int = 0
+    """Prompt tokens whose KV came from the prefix cache when the request was last admitted."""
 
     # Timings, on the engine's clock.
     first_scheduled_time: float | None = None

@@ -105,6 +105,7 @@ class Scheduler:
         """Requests holding pages, in the order they (re)started."""
         self._in_flight: set[Request] = set()
         self.partials: list[Request] = []
+        self._matched: list[Request] = []  # waiting requests offered a cached prefix this pass
         """Running partial prefills that are ready, collected by the decode pass of `schedule`."""
         self.records = IterationLog(config.max_records)
         self.num_preemptions = 0
@@ -209,6 +210,11 @@ class Scheduler:
         self._schedule_decodes(batch, now)
         n_decodes = len(batch.seqs)
         self.packer.pack_prefills(self, batch, now)
+        for req in self._matched:  # offered a cached prefix but not admitted: waiting holds no pages
+            if req in self.waiting:
+                self.kv.free(req)
+                req.num_computed_tokens = 0
+        self._matched.clear()
         if n_decodes and len(batch.seqs) > n_decodes:  # the contract: prefill chunks first
             batch.seqs = batch.seqs[n_decodes:] + batch.seqs[:n_decodes]
         if batch.seqs and self.predictor is not None and batch.predicted_time is None:
@@ -226,6 +232,7 @@ class Scheduler:
         samples leaves its request one pending token (`Request.num_pending_tokens`), which the
         next batch may already compute, and `update_from_output` later turns into its id.
         record=False: the engine records the iteration itself once it is timed (`record`)."""
+        prefix = self.kv.prefix is not None
         for seq in batch.seqs:
             req = seq.request
             self._in_flight.discard(req)
@@ -234,6 +241,8 @@ class Scheduler:
             req.num_computed_tokens += seq.num_tokens
             if tokens_pending and seq.samples:
                 req.num_pending_tokens += 1
+            if prefix:
+                self.kv.commit(req)
         batch.tokens_pending = tokens_pending
         for req in batch.preempted:
             if req.status is RequestStatus.PREEMPTED:
@@ -302,9 +311,26 @@ class Scheduler:
         return req.num_remaining_tokens == 1 and req.has_sampled
 
     def prefill_candidates(self, now: float):
-        """Ready running partial prefills and waiting requests, best first (lazy)."""
+        """Ready running partial prefills and waiting requests, best first (lazy). With prefix
+        caching, a waiting request is offered its cached prefix as the packer reaches it (its
+        `num_computed_tokens` then starts after the prefix); `schedule` takes the pages back from
+        any that stays waiting."""
         partials = [r for r in self.partials if r in self.running and r not in self._in_flight]
-        return self.policy.candidates(partials, now)
+        candidates = self.policy.candidates(partials, now)
+        if self.kv.prefix is None:
+            return candidates
+        return self._with_prefixes(candidates)
+
+    def _with_prefixes(self, candidates):
+        waiting, kv = self.waiting, self.kv
+        for req in candidates:
+            if req in waiting and not kv.holds(req):
+                n = kv.match_prefix(req)
+                if n:
+                    req.num_computed_tokens = n
+                    req.num_cached_tokens = n
+                    self._matched.append(req)
+            yield req
 
     def add_seq(self, batch: ScheduledBatch, req: Request, n: int, now: float) -> ScheduledSeq:
         """Put `n` tokens of `req` into the batch (pages must already be reserved)."""

@@ -188,3 +188,33 @@ def test_async_scheduling_gives_the_tokens_stops_and_logprobs_of_waiting_for_eac
                                                                          w.stop_reason)
         assert g.logprobs == pytest.approx(w.logprobs, abs=1e-4)  # other batches: other summation orders
     assert got[0].finish_reason == "stop" and len(got[0].token_ids) < 20  # stopped by its token
+
+
+def test_prefix_caching_gives_the_tokens_of_prefilling_everything(llm):
+    """Shared prefixes of 1 to 6 pages, partial-page tails, concurrent sharers, and after eviction:
+    the same greedy tokens as an engine that prefills every prompt in full."""
+    plain = LLM(model="demo", enable_prefix_caching=False, **KW)
+    doc = bytes(range(60, 160)).decode("latin-1")
+    prompts = [doc, doc + "xy", doc[:40] + "zz", doc[:16], doc + doc[:50]]
+    sp = _greedy(12)
+    want = [o.token_ids for o in plain.generate(prompts, sp)]
+    plain.close()
+    page = KW["page_size"]
+    doc_ids = llm.engine.validate_prompt(doc)
+
+    def expected_hit(p):
+        ids = llm.engine.validate_prompt(p)
+        common = next((i for i, (a, b) in enumerate(zip(ids, doc_ids)) if a != b), min(len(ids), len(doc_ids)))
+        return min(common // page, (len(ids) - 1) // page) * page
+
+    assert llm.generate([doc], sp)[0].token_ids == want[0]  # fills the cache
+    together = llm.generate(prompts, sp)  # concurrent requests sharing it
+    assert [o.token_ids for o in together] == want
+    assert [o.metrics.num_cached_tokens for o in together] == [expected_hit(p) for p in prompts]
+    assert max(o.metrics.num_cached_tokens for o in together) >= 6 * page
+    # Fill the 64-page cache with other prompts until the document's pages are evicted.
+    fillers = [bytes((7 * k + 3 * i) % 190 + 33 for i in range(90)).decode("latin-1") for k in range(12)]
+    llm.generate(fillers, _greedy(4))
+    again = llm.generate(prompts, sp)
+    assert again[0].metrics.num_cached_tokens < 6 * page  # the document's first pages were evicted
+    assert [o.token_ids for o in again] == want

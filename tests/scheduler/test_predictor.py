@@ -136,3 +136,13 @@ def test_cross_validated_error_sees_every_sample_once_and_grows_with_noise():
     rng = random.Random(5)
     noisy = [(c, t * rng.uniform(0.8, 1.2)) for c, t in exact]
     assert 0.02 < fit_with_holdout(noisy)[1] < 0.3
+
+
+def test_the_profile_grid_fits_a_kv_pool_smaller_than_the_largest_chunk():
+    """max_model_len 1536 and 224 pages with the default 8448-token cap: start-up profiling chose a
+    kv for a chunk longer than the pool and raised IndexError (found by benchmarks/prefix_reuse.py)."""
+    from medha_jax.runtime_profiler import composition_grid
+
+    for quick in (False, True):
+        comps = composition_grid(16384, 256, 1536, quick=quick)
+        assert comps and all(q + kv <= 1536 or q == 1 for c in comps for q, kv in c.seqs)

@@ -1,0 +1,91 @@
+"""Prefix cache: full KV pages found by their content, so a repeated prefix is not prefilled again.
+
+  KVCacheManager.commit(request) --register(rid, tokens, full pages)--> entries[h_i] = (group, page, h_{i-1}, tokens)
+      h_i = hash((h_{i-1}, the page's tokens)): page i's key covers every token before it too
+  KVCacheManager.match_prefix(request) --match(rid, tokens, max_pages)--> [(group, page), ...] the
+      longest run of cached pages from position 0 whose tokens (and parent links) are equal
+  PageAllocator eviction --_evict(group, page)--> the entry pointing at the page is dropped
+
+A hit is verified, not trusted: the entry's tokens must equal the request's page and its parent
+link the hash verified one page earlier, so a hash collision can only cost a miss, never serve
+another prompt's KV. Page i lives on kvp group i * page_size // M (the KV manager's layout); an
+entry is only used at the same position, so at the same group. The chain of each request's
+registered or matched pages is kept so registering new full pages is O(new pages). Pure Python.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+_ROOT = 0  # the parent hash of page 0
+
+
+class PrefixCache:
+    def __init__(self, page_size: int, pages_per_group: int, allocators: Sequence):
+        self.page_size = page_size
+        self.pages_per_group = pages_per_group
+        self.allocators = allocators
+        self._entries: dict[int, tuple[int, int, int, tuple[int, ...]]] = {}
+        self._key: list[dict[int, int]] = [{} for _ in allocators]  # per group: page -> its entry's hash
+        self._chains: dict[str, list[int]] = {}  # request id -> hashes of its first pages
+        for g, a in enumerate(allocators):
+            a.on_evict = (lambda g: lambda page: self._evict(g, page))(g)
+        self.queried_tokens = 0
+        self.hit_tokens = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def match(self, request_id: str, tokens: Sequence[int], max_pages: int) -> list[tuple[int, int]]:
+        """(group, page) of the longest cached prefix of `tokens`, at most max_pages pages."""
+        ps, out, chain, parent = self.page_size, [], [], _ROOT
+        for i in range(max_pages):
+            page_tokens = tuple(tokens[i * ps:(i + 1) * ps])
+            h = hash((parent, page_tokens))
+            e = self._entries.get(h)
+            if e is None or e[3] != page_tokens or e[2] != parent or e[0] != i // self.pages_per_group:
+                break
+            out.append((e[0], e[1]))
+            chain.append(h)
+            parent = h
+        self._chains[request_id] = chain
+        self.queried_tokens += len(tokens)
+        self.hit_tokens += len(out) * ps
+        return out
+
+    def register(self, request_id: str, tokens: Sequence[int], num_full_pages: int,
+                 page_of: Callable[[int], tuple[int, int]]) -> None:
+        """Pages [0, num_full_pages) of the request hold the KV of `tokens`: index the new ones."""
+        chain = self._chains.setdefault(request_id, [])
+        ps = self.page_size
+        for i in range(len(chain), num_full_pages):
+            parent = chain[-1] if chain else _ROOT
+            page_tokens = tuple(tokens[i * ps:(i + 1) * ps])
+            h = hash((parent, page_tokens))
+            chain.append(h)
+            if h in self._entries:
+                continue  # the same content is cached in another page already
+            g, page = page_of(i)
+            self._entries[h] = (g, page, parent, page_tokens)
+            self._key[g][page] = h
+            self.allocators[g].mark_cached(page)
+
+    def num_registered(self, request_id: str) -> int:
+        return len(self._chains.get(request_id, ()))
+
+    def forget(self, request_id: str) -> None:
+        self._chains.pop(request_id, None)
+
+    def clear(self) -> None:
+        """Forget everything (the device cache was reset): no entry may be served again."""
+        self._entries.clear()
+        for keys in self._key:
+            keys.clear()
+        self._chains.clear()
+        for a in self.allocators:
+            a.drop_cached()
+
+    def _evict(self, group: int, page: int) -> None:
+        h = self._key[group].pop(page, None)
+        if h is not None:
+            self._entries.pop(h, None)
