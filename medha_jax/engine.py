@@ -172,7 +172,9 @@ class Engine:
                            last_iteration_time=self.last_iteration_time,
                            buckets_compiled=len(self.executor._compiled),
                            buckets_total=self.executor.num_buckets,
-                           padded_ticks=self.executor.padded_ticks)
+                           padded_ticks=self.executor.padded_ticks,
+                           prefix_queried_tokens=kv.prefix.queried_tokens if kv.prefix is not None else 0,
+                           prefix_hit_tokens=kv.prefix.hit_tokens if kv.prefix is not None else 0)
 
     # ---- the loop ------------------------------------------------------------------------
     def has_unfinished(self) -> bool:

@@ -51,6 +51,12 @@ class EngineCollector:
         c = CounterMetricFamily("medha_padded_iterations", "Iterations run in a larger bucket while theirs compiled.")
         c.add_metric([], float(st.padded_ticks))
         yield c
+        c = CounterMetricFamily("medha_prefix_cache_queried_tokens", "Prompt tokens looked up in the prefix cache.")
+        c.add_metric([], float(st.prefix_queried_tokens))
+        yield c
+        c = CounterMetricFamily("medha_prefix_cache_hit_tokens", "Prompt tokens whose KV came from the prefix cache.")
+        c.add_metric([], float(st.prefix_hit_tokens))
+        yield c
         c = CounterMetricFamily("medha_engine_iterations", "Engine iterations run.")
         c.add_metric([], float(getattr(eng, "num_iterations", 0)))
         yield c

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 import httpx
@@ -98,6 +99,11 @@ def test_models_health_metrics(client, http, served):
         assert name in m, name
     assert 'medha_requests_finished_total{finish_reason="length"}' in m
     assert "medha_recompilations_total 0.0" in m
+    hits = lambda text: float(re.search(r"^medha_prefix_cache_hit_tokens_total (\S+)$", text, re.M).group(1))  # noqa: E731
+    before = hits(m)
+    for _ in range(2):  # the second reuses the first's full KV pages
+        client.completions.create(model="demo", prompt="the same long prompt, twice " * 4, max_tokens=1, temperature=0)
+    assert hits(http.get("/metrics").text) > before
 
 
 @pytest.mark.parametrize("body, param", [
