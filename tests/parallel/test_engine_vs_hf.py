@@ -5,7 +5,7 @@ prefills, decodes in the same iterations) -> KV pages per kvp group with progres
 (`max_tokens_per_kvp_group` small enough that the longest prompt spreads over every group while
 the short prompts stay on group 0) -> pipelined ticks (spp microbatches in flight) -> KVP
 attention merge -> sampler. All golden prompts (1 to 3000 tokens) run together, so short
-requests share iterations with the long one. Goldens: tools/make_golden.py (tiny-llama3 has 2
+requests share iterations with the long one; then all of them again, from the prefix cache. Goldens: tools/make_golden.py (tiny-llama3 has 2
 layers; tiny-llama3-4l has 4, so spp=4 gets a layer per stage).
 """
 
@@ -51,5 +51,14 @@ def test_greedy_tokens_equal_transformers(variant, mesh, group_tokens, tmp_path)
     outs = llm.generate([p["token_ids"] for p in golden["prompts"]], sp)
     for p, out in zip(golden["prompts"], outs):
         assert out.token_ids == p["greedy"], f"prompt of {len(p['token_ids'])} tokens on {mesh}"
+    # The same prompts again: their full pages come from the prefix cache (on every kvp group the
+    # long prompt spans, and through the stage pipeline), and the tokens must not change.
+    again = llm.generate([p["token_ids"] for p in golden["prompts"]], sp)
+    for p, out in zip(golden["prompts"], again):
+        assert out.token_ids == p["greedy"], f"prompt of {len(p['token_ids'])} tokens on {mesh}, prefix-cached"
+    cached = {len(p["token_ids"]): out.metrics.num_cached_tokens for p, out in zip(golden["prompts"], again)}
+    assert cached[longest] >= longest // 2  # most of it (the 256 pages cannot keep every prompt's tail)
+    if kvp > 1:
+        assert cached[longest] > eng.kv_manager.max_tokens_per_kvp_group  # reused on more than group 0
     assert eng.kv_manager.num_free_pages == eng.kv_manager.num_total_pages
     assert eng.executor.idle
