@@ -15,6 +15,7 @@ registered or matched pages is kept so registering new full pages is O(new pages
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 
 _ROOT = 0  # the parent hash of page 0
@@ -29,7 +30,7 @@ class PrefixCache:
         self._key: list[dict[int, int]] = [{} for _ in allocators]  # per group: page -> its entry's hash
         self._chains: dict[str, list[int]] = {}  # request id -> hashes of its first pages
         for g, a in enumerate(allocators):
-            a.on_evict = (lambda g: lambda page: self._evict(g, page))(g)
+            a.on_evict = functools.partial(self._evict, g)
         self.queried_tokens = 0
         self.hit_tokens = 0
 

@@ -17,8 +17,8 @@ Two implementations with the same signature:
 - `paged_attention_xla`: the engine's XLA backend. Walks KV in blocks of pages with an online
   softmax. Prefill chunks go tile by tile (128 tokens of one sequence share each gathered block
   of 16 pages, 32-token tiles take what is left of a chunk, and a tile stops at its own causal
-  frontier); decodes go together (one gathered block
-  per sequence per step, up to the longest decode frontier). No per-token KV gathers.
+  frontier); decodes go together (one gathered block per sequence per step, up to the longest
+  decode frontier). No per-token KV gathers.
 """
 
 from __future__ import annotations
@@ -84,7 +84,8 @@ def paged_attention_xla(
     _, page, KVH, _ = k_pages.shape
     S, P = page_table.shape
     kv_lens = jnp.clip(kv_lens, 0, P * page)
-    qg = q.reshape(T, KVH, H // KVH, Dh).astype(jnp.float32) * scale  # qg: f32[T, KVH, G, Dh]
+    G = H // KVH
+    qg = q.reshape(T, KVH, G, Dh).astype(jnp.float32) * scale  # qg: f32[T, KVH, G, Dh]
     q_len = cu_q_lens[1:] - cu_q_lens[:-1]
     seq, _ = _token_rows(cu_q_lens, q_offsets, kv_lens, T)
     bpp, bpd = min(prefill_block_pages, P), min(block_pages, P)
@@ -95,7 +96,6 @@ def paged_attention_xla(
     # split: i32[S], big tiles cover [0, split), small ones [split, pre_len) (one size: all big)
     split = pre_len // big * big if small < big else pre_len
     q_pad = jnp.pad(qg, ((0, big), (0, 0), (0, 0), (0, 0)))  # a tile may run past T
-    G = H // KVH
     acc = (jnp.zeros((T + big, KVH, G, Dh), jnp.float32), jnp.full((T + big, KVH, G), NEG_INF, jnp.float32))
     tiles = functools.partial(_xla_prefill_tiles, q_pad, k_pages, v_pages, table_p, cu_q_lens, q_offsets, kv_lens, bpp)
     acc = tiles(big, jnp.zeros_like(split), split, acc)

@@ -285,13 +285,12 @@ class Executor:
         if plan is None:
             return None, None
         self._send("run", plan.arrays)
-        launched = Launched(*self.launch_arrays(plan.arrays), 0)
+        tokens, logprobs = self.launch_arrays(plan.arrays)
         self.pipe.commit(plan)
         out = plan.exiting
         if out is None:
             return None, None
-        launched.n = len(out.batch.seqs)
-        return out.batch, launched.result()
+        return out.batch, Launched(tokens, logprobs, len(out.batch.seqs)).result()
 
     def run_arrays(self, arrays: dict[str, np.ndarray]) -> None:
         """One tick on a `TickPlan.arrays` dict, waited for (a multi-host follower's replay)."""

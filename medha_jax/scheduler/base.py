@@ -57,7 +57,7 @@ from medha_jax.request import Request, RequestStatus
 from medha_jax.scheduler.config import SchedulerConfig
 from medha_jax.scheduler.kvp_cost import predict_pairs
 from medha_jax.scheduler.records import Composition, IterationLog, IterationRecord
-from medha_jax.scheduler.stops import is_special, stop_status
+from medha_jax.scheduler.stops import at_length, is_special, stop_status
 
 
 class LiveRequests:
@@ -105,8 +105,8 @@ class Scheduler:
         """Requests holding pages, in the order they (re)started."""
         self._in_flight: set[Request] = set()
         self.partials: list[Request] = []
-        self._matched: list[Request] = []  # waiting requests offered a cached prefix this pass
         """Running partial prefills that are ready, collected by the decode pass of `schedule`."""
+        self._matched: list[Request] = []  # waiting requests offered a cached prefix this pass
         self.records = IterationLog(config.max_records)
         self.num_preemptions = 0
         self._tpot_targets: dict[float, int] = {}  # live per-request TPOT targets -> how many
@@ -396,12 +396,6 @@ class Scheduler:
         self.waiting[req] = None
         self.policy.on_waiting(req)
 
-    def _ends_with_pending(self, req: Request) -> bool:
-        """The request stops at its pending token whatever its id (max_tokens or the context)."""
-        n = len(req.output_token_ids) + req.num_pending_tokens
-        return n >= req.sampling_params.max_tokens or (self.max_model_len is not None
-                                                        and req.num_tokens >= self.max_model_len)
-
     def _schedule_decodes(self, batch: ScheduledBatch, now: float) -> None:
         """Phase 1: every ready decode, oldest first; collects ready partial prefills on the way.
 
@@ -426,8 +420,8 @@ class Scheduler:
                 if remaining >= 1:
                     partials.append(req)
                 continue
-            if pending and self._ends_with_pending(req):
-                continue  # its pending token is its last: nothing more to compute
+            if pending and at_length(req, self.max_model_len):
+                continue  # its pending token is its last, whatever its id: nothing more to compute
             if len(seqs) >= cap:
                 continue
             if batch.preempted and req not in running:

@@ -285,11 +285,12 @@ class SLOPolicy(DeadlinePolicy):
     work than estimated. The scan assumes the prefill share averaged over recent iterations
     (SHARE_EMA), not this iteration's: with both, a request on the edge of feasibility stays on
     one side instead of trading places with another every iteration. Once the best set-aside
-    request has waited more than STARVING x its deadline D, one iteration in round(1 / `min_share`) puts it first, so set-aside work always progresses (no
-    starvation, even under a saturating stream of short requests) without taking time from
-    requests that can still make their deadlines during a passing burst. Requests with a first token (decodes, recomputes after preemption) keep their
-    own, already past, deadline: they go first. No space sharing (relative slack 0): the order
-    alone decides who waits.
+    request has waited more than STARVING x its deadline D, one iteration in round(1 /
+    `min_share`) puts it first, so set-aside work always progresses (no starvation, even under a
+    saturating stream of short requests) without taking time from requests that can still make
+    their deadlines during a passing burst. Requests with a first token (decodes, recomputes after
+    preemption) keep their own, already past, deadline: they go first. No space sharing (relative
+    slack 0): the order alone decides who waits.
 
     priority_class: while every deadline can be met it changes nothing (all are met); when some
     cannot, every request of a less important class is given up before any of a more important

@@ -14,8 +14,9 @@ where a pair (q, kv) is a decode when q == 1 and kv > 0, and kv counts tokens ca
 iteration. The last two follow the XLA attention backend's loops: a prefill chunk runs in tiles
 of TILE_Q query tokens (SMALL_TILE_Q for the last q % TILE_Q), each over its own causal frontier
 in blocks of TILE_KV_BLOCK keys; decodes run together, every sequence slot of the batch (a power
-of two, at least MIN_SEQ_SLOTS) stepping KV_BLOCK keys at a time up to the longest decode. A chunk of 16 tokens costs as much
-attention as one of 32; the linear terms alone missed that by up to 40%
+of two, at least MIN_SEQ_SLOTS) stepping KV_BLOCK keys at a time up to the longest decode. A
+chunk of 16 tokens costs as much attention as one of 32; the linear terms alone missed that by up
+to 40%
 (`benchmarks/results/predictor_cpu.md`). On another backend NNLS gives them the weight the
 measurements support (none, if they explain nothing). Coefficients are non-negative (fitted by
 NNLS, relative-error weighted), so predictions grow with every kind of work: the packer's binary

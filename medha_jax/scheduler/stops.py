@@ -19,6 +19,14 @@ def is_special(token: int, request: Request, eos_token_ids: frozenset[int]) -> b
     return (token in eos_token_ids and not sp.ignore_eos) or token in sp.stop_token_ids
 
 
+def at_length(request: Request, max_model_len: int | None) -> bool:
+    """The request has every token it may have: max_tokens generated (a pending token counts, its
+    id does not matter) or the context full."""
+    n = request.num_output_tokens + request.num_pending_tokens
+    return n >= request.sampling_params.max_tokens or (max_model_len is not None
+                                                       and request.num_tokens >= max_model_len)
+
+
 def stop_status(request: Request, token: int, *, eos_token_ids: frozenset[int], max_model_len: int | None,
                 stop_string: str | None = None) -> tuple[RequestStatus, str | int | None] | None:
     """Why `request` ends now that `token` (already appended) was sampled, or None to go on."""
@@ -29,6 +37,6 @@ def stop_status(request: Request, token: int, *, eos_token_ids: frozenset[int], 
         return RequestStatus.FINISHED_STOPPED, token
     if token in eos_token_ids and not sp.ignore_eos:
         return RequestStatus.FINISHED_STOPPED, None
-    if request.num_output_tokens >= sp.max_tokens or (max_model_len is not None and request.num_tokens >= max_model_len):
+    if at_length(request, max_model_len):
         return RequestStatus.FINISHED_LENGTH, None
     return None
