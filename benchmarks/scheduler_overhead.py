@@ -9,13 +9,15 @@ Requests: 95% short prompts (64-4096 tokens), 5% long (128K-1M); decodes start a
 tokens of context. Device model: a linear RuntimePredictor with plausible single-GPU coefficients
 (the numbers only shape the batches; nothing runs on a device). Pure Python.
 
-  PYTHONPATH=. python benchmarks/scheduler_overhead.py [--iterations 2000] [--policies lars,fcfs]
+  PYTHONPATH=. python benchmarks/scheduler_overhead.py [--iterations 2000] [--policies lars,fcfs] [--gc engine,on]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
+import itertools
 import json
 import os
 import platform
@@ -25,6 +27,7 @@ import statistics
 import sys
 import time
 
+from medha_jax.gc_pauses import HostWork, collect_due
 from medha_jax.kv_cache_manager import KVCacheManager
 from medha_jax.request import Request, RequestStatus
 from medha_jax.sampling_params import SamplingParams
@@ -84,15 +87,19 @@ def run(policy: str, iterations: int, n_waiting: int, n_running: int, seed: int,
         sched.add_request(wl.request(now))
     gc.enable()
     gc.collect()
-    if gc_mode == "freeze":
+    if gc_mode in ("freeze", "engine"):
         gc.freeze()
     elif gc_mode == "off":
         gc.disable()
+    host_work = HostWork if gc_mode == "engine" else contextlib.nullcontext
     sched_times, cpu_times, done_times, sizes = [], [], [], []
     for it in range(iterations):
+        if gc_mode == "engine":
+            collect_due()  # where the engine runs it: before it blocks on the device (untimed here)
         c0 = time.thread_time()
         t0 = time.perf_counter()
-        batch = sched.schedule(now)
+        with host_work():
+            batch = sched.schedule(now)
         t1 = time.perf_counter()
         cpu_times.append(time.thread_time() - c0)
         now += batch.predicted_time or 0.01
@@ -134,19 +141,23 @@ def main(argv=None) -> int:
     ap.add_argument("--iterations", type=int, default=2000)
     ap.add_argument("--waiting", type=int, default=1000)
     ap.add_argument("--running", type=int, default=256)
-    ap.add_argument("--policies", default="lars,edf,lrs,fcfs")
+    ap.add_argument("--policies", default="slo,lars,edf,lrs,fcfs")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--gc", choices=("on", "freeze", "off"), default="on",
-                    help="Python's cyclic GC during the timed loop: on (default), freeze (gc.freeze() after "
-                         "setup, as a server would after warm-up), off")
+    ap.add_argument("--gc", default="engine,on",
+                    help="Python's cyclic GC during the timed loop, comma-separated modes, each a row: engine "
+                         "(what Engine.step does: gc.freeze() after setup, no automatic collection inside "
+                         "schedule(), the generations due collected before the device wait, untimed), on "
+                         "(CPython's automatic collection), freeze (gc.freeze() after setup, then automatic), off")
     ap.add_argument("--out", default=None, help="output JSON (default benchmarks/results/scheduler_overhead_<host>.json)")
     args = ap.parse_args(argv)
     results = []
-    for policy in args.policies.split(","):
-        res = run(policy, args.iterations, args.waiting, args.running, args.seed, args.gc)
+    for policy, gc_mode in itertools.product(args.policies.split(","), args.gc.split(",")):
+        if gc_mode not in ("engine", "on", "freeze", "off"):
+            ap.error(f"--gc: unknown mode {gc_mode!r} (engine, on, freeze, off)")
+        res = run(policy, args.iterations, args.waiting, args.running, args.seed, gc_mode)
         s = res["schedule_ms"]
         c = res["schedule_cpu_ms"]
-        print(f"{policy:>16}: schedule wall p50 {s['p50']:.3f} ms  p99 {s['p99']:.3f} ms  max {s['max']:.3f} ms | "
+        print(f"{policy:>8} gc={gc_mode:<6}: schedule wall p50 {s['p50']:.3f} ms  p99 {s['p99']:.3f} ms  max {s['max']:.3f} ms | "
               f"thread CPU p50 {c['p50']:.3f} p99 {c['p99']:.3f} ms  "
               f"(on_batch_done p50 {res['on_batch_done_ms']['p50']:.3f} ms; "
               f"{res['mean_batch_seqs']:.0f} seqs / {res['mean_batch_tokens']:.0f} tokens per batch)")

@@ -28,6 +28,10 @@ detokenizing overlap the device instead of idling it:
            -> step n's tokens to the host -> record(n) -> update_from_output(n)
            -> on_batch_done(n+1, tokens_pending=True)  (its samples pending until the next step())
 
+Python's cyclic collector does not run inside scheduling and packing: step() turns automatic
+collection off around them and runs the generations due right before it blocks on the device
+(`gc_pauses`), after `gc.freeze()` at start-up took the long-lived heap out of its walks.
+
 Only the thread that calls `step()` touches scheduler and device state; other threads talk to
 the engine through `add_request`/`abort`, which only validate and enqueue. A failing iteration
 fails the requests in it (with SPP: in every microbatch in the pipeline) with an error and
@@ -49,6 +53,7 @@ from typing import TYPE_CHECKING
 from medha_jax.batch import ScheduledBatch
 from medha_jax.config import EngineConfig
 from medha_jax.engine_stats import EngineStats
+from medha_jax.gc_pauses import HostWork, collect_due
 from medha_jax.output_stream import OutputStream
 from medha_jax.outputs import RequestOutput
 from medha_jax.request import Request, RequestStatus
@@ -185,11 +190,13 @@ class Engine:
         outs = self._drain_pending()
         if self._async:
             return outs + self._step_overlapped()
-        batch = self.scheduler.schedule(self.clock())
-        ex = self.executor
-        if batch.is_empty and ex.idle:
-            return outs
-        fed = None if batch.is_empty else StepInput.from_batch(batch)
+        with HostWork():
+            batch = self.scheduler.schedule(self.clock())
+            ex = self.executor
+            if batch.is_empty and ex.idle:
+                return outs
+            fed = None if batch.is_empty else StepInput.from_batch(batch)
+        collect_due()  # before the device step rather than inside scheduling
         t0 = time.perf_counter()
         try:
             done, result = ex.tick(fed)
@@ -220,21 +227,23 @@ class Engine:
         launch, or step n-1's end as the host saw it) to when its tokens were on the host."""
         sched = self.scheduler
         prev, self._launched = self._launched, None
-        batch = sched.schedule(self.clock())
-        launched, launch_error, t_launch = None, None, 0.0
-        if not batch.is_empty:
-            sampled_at = {} if prev is None else {s.request_id: i for i, s in enumerate(prev[0].seqs) if s.samples}
-            try:
-                fed = StepInput.from_batch(batch, sampled_at)
-                t_launch = time.perf_counter()
-                launched = self.executor.launch(fed)
-            except Exception as e:  # noqa: BLE001 - one bad iteration must not take the server down
-                launch_error = e
-        elif prev is None:
-            return []
+        with HostWork():  # no collector pass inside scheduling and packing
+            batch = sched.schedule(self.clock())
+            launched, launch_error, t_launch = None, None, 0.0
+            if not batch.is_empty:
+                sampled_at = {} if prev is None else {s.request_id: i for i, s in enumerate(prev[0].seqs) if s.samples}
+                try:
+                    fed = StepInput.from_batch(batch, sampled_at)
+                    t_launch = time.perf_counter()
+                    launched = self.executor.launch(fed)
+                except Exception as e:  # noqa: BLE001 - one bad iteration must not take the server down
+                    launch_error = e
+            elif prev is None:
+                return []
         outs, start = [], t_launch
         if prev is not None:
             p_batch, p_launched, p_start = prev
+            collect_due()  # while step n+1 is queued behind step n: time the host would wait anyway
             try:
                 result = p_launched.result()
             except Exception as e:  # noqa: BLE001 - its failure surfaced when its tokens were read

@@ -136,7 +136,27 @@ class KVCacheManager:
     def try_allocate(self, request: Request, num_new_tokens: int) -> bool:
         """`allocate` if it can succeed now; False (nothing allocated) otherwise. The fast path
         (the pages already cover the positions) is one dict lookup: decodes take it 15 of 16 times."""
-        if request.num_computed_tokens + num_new_tokens <= self.covered.get(request.request_id, 0):
+        rid = request.request_id
+        target = request.num_computed_tokens + num_new_tokens
+        covered = self.covered.get(rid, 0)
+        if target <= covered:
+            return True
+        # Every new page in one group (a decode crossing a page boundary, a chunk that stays in
+        # the group its request already reached, a first chunk inside group 0): no per-group
+        # shortfall to work out.
+        tables = self.tables.get(rid)
+        m = self.max_tokens_per_kvp_group
+        end = len(tables) * m if tables else m
+        if covered < end and target <= end and num_new_tokens >= 0:
+            g = len(tables) - 1 if tables else 0
+            alloc = self.allocators[g]
+            n = -(-(target - covered) // self.page_size)
+            if n > alloc.num_free:
+                return False
+            if not tables:
+                tables = self.tables[rid] = [[]]
+            tables[g].extend(alloc.allocate(n))
+            self.covered[rid] = covered + n * self.page_size
             return True
         if not self.can_allocate(request, num_new_tokens):
             return False

@@ -399,9 +399,10 @@ class Scheduler:
     def _schedule_decodes(self, batch: ScheduledBatch, now: float) -> None:
         """Phase 1: every ready decode, oldest first; collects ready partial prefills on the way.
 
-        The hot loop of the scheduler (hundreds of decodes per iteration): it reads the KV
-        manager's `covered` and `tables` maps directly and calls `reserve` only when a decode
-        needs a new page."""
+        The hot loop of the scheduler (hundreds of decodes per iteration, about half a
+        microsecond each): it reads the KV manager's `covered` and `tables` maps directly, calls
+        `reserve` only when a decode needs a new page, and binds the methods it calls per
+        request to locals."""
         in_flight = self._in_flight
         partials = []
         cap = self.config.max_num_seqs
@@ -409,6 +410,9 @@ class Scheduler:
         running = self.running
         covered = self.kv.covered
         tables = self.kv.tables
+        max_len = self.max_model_len
+        append, fly, seq = seqs.append, in_flight.add, ScheduledSeq
+        n = len(seqs)
         for req in list(running):
             if req in in_flight:
                 continue
@@ -420,15 +424,19 @@ class Scheduler:
                 if remaining >= 1:
                     partials.append(req)
                 continue
-            if pending and at_length(req, self.max_model_len):
+            if pending and at_length(req, max_len):
                 continue  # its pending token is its last, whatever its id: nothing more to compute
-            if len(seqs) >= cap:
+            if n >= cap:
                 continue
-            if batch.preempted and req not in running:
-                continue  # preempted as a victim of an earlier decode
             rid = req.request_id
-            if done + 1 > covered.get(rid, 0) and not self.reserve(req, 1, batch, now):
-                continue  # no page: it preempted itself
-            seqs.append(ScheduledSeq(req, done, 1, tables[rid], True))
-            in_flight.add(req)
+            if done >= covered.get(rid, 0):  # position `done` needs a new page
+                if batch.preempted and req not in running:
+                    continue  # preempted as a victim of an earlier decode
+                if not self.reserve(req, 1, batch, now):
+                    continue  # no page: it preempted itself
+            elif batch.preempted and req not in running:
+                continue
+            append(seq(req, done, 1, tables[rid], True))
+            fly(req)
+            n += 1
         self.partials = partials

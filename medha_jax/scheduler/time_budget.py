@@ -45,11 +45,8 @@ class TimeBudgetPacker:
                         max_chunk=cfg.max_chunk, accept_within=cfg.accept_within)
         cost = batch_cost(self.predictor, sched.kv)
         if sched.kv.kvp == 1:
-            kv_sum = kv_max = 0
-            for s in batch.seqs:  # phase 1 put only decodes here
-                kv_sum += s.start_pos
-                kv_max = max(kv_max, s.start_pos)
-            cost.add_decodes(len(batch.seqs), kv_sum, kv_max)
+            starts = [s.start_pos for s in batch.seqs]  # phase 1 put only decodes here
+            cost.add_decodes(len(starts), sum(starts), max(starts, default=0))
         else:
             cost.add_decode_seqs(s.start_pos for s in batch.seqs)
         t_pred = cost.time()

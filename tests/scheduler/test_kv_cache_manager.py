@@ -74,3 +74,34 @@ def test_free_unknown_request_is_a_no_op():
     kv = make_kv()
     (r,) = make_requests(1)
     assert kv.free(r) == 0
+
+
+@pytest.mark.parametrize("kvp,m", [(1, None), (3, 8), (2, 12)])
+def test_try_allocate_shortcut_gives_what_allocate_gives(kvp, m):
+    """try_allocate takes a shortcut when every new page lands in one group; on random growth
+    steps it must leave the same tables, coverage and free counts as the general path, and
+    refuse (allocating nothing) exactly when can_allocate says no."""
+    import random
+
+    rng = random.Random(kvp)
+    fast = make_kv(num_pages=10, page_size=4, kvp=kvp, max_tokens_per_kvp_group=m)
+    slow = make_kv(num_pages=10, page_size=4, kvp=kvp, max_tokens_per_kvp_group=m)
+    reqs = make_requests(3, prompt_len=fast.max_tokens_per_request)
+    for _ in range(300):
+        r = rng.choice(reqs)
+        if rng.random() < 0.1:
+            fast.free(r), slow.free(r)
+            r.num_computed_tokens = 0
+            continue
+        n = rng.choice([1, 1, 1, 2, 3, 5, 9])
+        if r.num_computed_tokens + n > fast.max_tokens_per_request:
+            continue
+        ok = slow.can_allocate(r, n)
+        if ok:
+            slow.allocate(r, n)
+        assert fast.try_allocate(r, n) is ok
+        assert fast.page_tables(r) == slow.page_tables(r)
+        assert fast.covered.get(r.request_id) == slow.covered.get(r.request_id)
+        assert fast.num_free_pages_per_group == slow.num_free_pages_per_group
+        if ok:
+            r.num_computed_tokens += n
