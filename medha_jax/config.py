@@ -17,15 +17,17 @@ LOAD_FORMATS = ("auto", "dummy")
 @dataclass(slots=True)
 class EngineConfig:
     model: str = "demo"
-    """HF model directory (config.json, *.safetensors, tokenizer.json), or "demo" for the built-in tiny Llama."""
+    """HF model directory (config.json, *.safetensors, tokenizer.json), or "demo" for the built-in tiny Llama.
+    Without tokenizer.json the model serves token-id prompts only (outputs: token ids, empty text)."""
     load_format: str = "auto"
     """"auto": the model directory's weights; "dummy": seeded random weights of the shape its
     config.json describes (no *.safetensors needed), for benchmarks and smoke tests of large models."""
     mesh: str = "tp=1"
-    """Device mesh, e.g. "tp=8,spp=4,kvp=2" (axes not named are 1; its size must equal the devices
-    used), or a named deployment preset from meshes/, e.g. "preset:llama3-70b-16node"."""
+    """Device mesh, e.g. "tp=8,spp=4,kvp=2" (axes not named are 1; it runs on the first
+    tp*spp*kvp devices), or a named deployment preset from meshes/, e.g. "preset:llama3-70b-16node"."""
     num_devices: int | None = None
-    """Use the first N local devices (default: all of them). The mesh's size must equal it."""
+    """Use the first N local devices; the mesh's size must equal it (default: as many as the mesh
+    needs, the first ones; multi-host meshes take every device)."""
     dtype: str = "float32"
     """Weights, activations and KV cache dtype: float32 or bfloat16."""
     attention_backend: str = "auto"

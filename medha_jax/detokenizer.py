@@ -5,6 +5,8 @@ token -> `Tokenizer.detokenizer` (windowed decode that holds back incomplete cha
 While stop strings are set, the last `max(len(stop)) - 1` characters are held back from
 streaming deltas so a client never sees text that a stop string later removes.
 
+A model without a tokenizer (no tokenizer.json) gets `tokenizer=None`: no text, no stop strings.
+
 Storage is O(1) amortized per token: streamed text is kept as a list of pieces that only grows
 (never joined until `text` is read) and only the unstreamed tail is searched and cut, so a
 4,000-token stream never re-copies its whole text. `so_far()` is an O(1) snapshot of the text.
@@ -32,7 +34,7 @@ class TextSoFar:
 
 class IncrementalText:
     def __init__(self, tokenizer, stop: list[str] | tuple[str, ...] = (), prompt_ids: list[int] | None = None):
-        self._detok = tokenizer.incremental(prompt_ids or ())
+        self._detok = None if tokenizer is None else tokenizer.incremental(prompt_ids or ())  # None: no text
         self._stop = list(stop)
         self._hold = max((len(s) for s in self._stop), default=1) - 1
         self._pieces: list[str] = []  # streamed text, in order; only appended to
@@ -50,7 +52,7 @@ class IncrementalText:
 
     def append(self, token_id: int, special: bool = False) -> str | None:
         """Add a generated token; returns the stop string it completed, if any. Special tokens add no text."""
-        if self.stopped or special:
+        if self.stopped or special or self._detok is None:
             return None
         delta = self._detok.add(token_id)
         if not delta:
@@ -87,7 +89,7 @@ class IncrementalText:
 
     def flush(self) -> str:
         """Everything not yet streamed, incomplete trailing characters included (call at the finish)."""
-        if not self.stopped:
+        if not self.stopped and self._detok is not None:
             old_len = self._emitted + len(self._tail)
             self._tail += self._detok.flush()
             self._check_stop(old_len)

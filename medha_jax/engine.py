@@ -100,6 +100,9 @@ class Engine:
     def validate_prompt(self, prompt: str | Sequence[int]) -> list[int]:
         """Token ids for a prompt given as text or ids; ValueError naming the problem otherwise."""
         if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise ValueError(f"model {self.config.model!r} has no tokenizer (no tokenizer.json): "
+                                 "send the prompt as a list of token ids")
             ids = self.tokenizer.encode(prompt)
         elif isinstance(prompt, Sequence) and not isinstance(prompt, (bytes, bytearray)):
             ids = list(prompt)
@@ -136,6 +139,9 @@ class Engine:
         if not isinstance(sp, SamplingParams):
             raise ValueError(f"sampling_params must be a SamplingParams, got {type(sp).__name__}")
         ids = self.validate_prompt(prompt)
+        if sp.stop and self.tokenizer is None:
+            raise ValueError(f"stop strings need a tokenizer and model {self.config.model!r} has none; "
+                             "use stop_token_ids")
         if ttft_deadline is not None and not ttft_deadline > 0:
             raise ValueError(f"ttft_deadline must be > 0 seconds, got {ttft_deadline!r}")
         if tpot_target is not None and not tpot_target > 0:

@@ -13,6 +13,7 @@ benchmarks) and multi-host followers can build the same parts without the reques
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from dataclasses import dataclass
@@ -24,12 +25,14 @@ from medha_jax.executor.buckets import BucketLadders
 from medha_jax.executor import multihost
 from medha_jax.executor.executor import Executor
 from medha_jax.kv_cache_manager import KVCacheManager
-from medha_jax.mesh import make_mesh, parse_mesh
+from medha_jax.mesh import make_mesh, mesh_size, parse_mesh
 from medha_jax.model.loading import load_model
 from medha_jax.model.sharded_forward import kv_cache_bytes_per_page
 from medha_jax.runtime_profiler import get_predictor
 from medha_jax.scheduler import ProfileKey, SchedulerConfig, make_scheduler
 from meshes import PREFIX as PRESET_PREFIX, load_preset
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -99,14 +102,19 @@ def build_device_side(config: EngineConfig, scfg: SchedulerConfig) -> DeviceSide
         multihost.initialize(config)
     _enable_compilation_cache(config.compilation_cache_dir)
     mesh_spec = parse_mesh(config.mesh)
-    devices = jax.devices()
+    visible, devices = jax.devices(), None  # None: make_mesh takes every visible device
     if config.num_devices is not None:
-        if config.num_devices > len(devices):
-            raise ValueError(f"num_devices={config.num_devices} but only {len(devices)} devices are visible")
-        devices = devices[: config.num_devices]
+        if config.num_devices > len(visible):
+            raise ValueError(f"num_devices={config.num_devices} but only {len(visible)} devices are visible")
+        devices = visible[: config.num_devices]
+    elif not config.multihost and len(visible) > mesh_size(mesh_spec):
+        devices = visible[: mesh_size(mesh_spec)]  # the first N, as vLLM users expect
     mesh = make_mesh(mesh_spec, devices=devices)
     model_config, params, tokenizer = load_model(config.model, mesh, config.dtype, seed=config.seed,
-                                                      load_format=config.load_format)
+                                                      load_format=config.load_format, require_tokenizer=False)
+    if tokenizer is None:
+        log.warning("%s has no tokenizer.json: prompts must be token ids, stop strings are refused and "
+                    "outputs carry token ids with empty text", config.model)
 
     max_model_len = config.max_model_len or model_config.max_position_embeddings
     if max_model_len > model_config.max_position_embeddings:

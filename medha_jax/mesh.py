@@ -65,8 +65,8 @@ def make_mesh(spec: str | Mapping[str, int], devices: Sequence | None = None):
     if need != len(devs):
         shown = ",".join(f"{a}={degrees[a]}" for a in MESH_AXES)
         have = f"this host has {len(devs)}" if devices is None else f"{len(devs)} were given"
-        raise ValueError(f"mesh {shown} needs {need} devices but {have}; "
-                         "make the product of the degrees equal the device count")
+        fix = "lower the degrees" if need > len(devs) else "make the product of the degrees equal the device count"
+        raise ValueError(f"mesh {shown} needs {need} devices but {have}; {fix}")
     grid = np.array(devs, dtype=object).reshape(tuple(degrees[a] for a in MESH_AXES))
     return Mesh(grid, MESH_AXES)
 

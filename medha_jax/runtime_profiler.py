@@ -29,6 +29,7 @@ def composition_grid(max_tokens: int, max_seqs: int, max_kv: int, *, quick: bool
     """Prefill-only, decode-only and hybrid compositions spanning the serving range."""
     rng = random.Random(seed)
     chunks = [c for c in (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192) if c <= min(max_tokens, max_kv)]
+    chunks = chunks or [min(max_tokens, max_kv)]  # a token budget or context under 16 tokens
     kvs = sorted({0, *(k for k in (64, 256, 1024, 4096, 16384, 65536) if k < max_kv), max_kv // 2})
     decode_batches = [d for d in (1, 2, 4, 8, 16, 32, 64, 128, 256) if d <= min(max_seqs, max_tokens)]
     comps: list[Composition] = []

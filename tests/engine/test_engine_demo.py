@@ -135,6 +135,15 @@ def test_bad_engine_options_name_the_problem(kw, match):
         LLM(model="demo", **{**dict(scheduler="fcfs", num_devices=1, warmup=False), **kw})
 
 
+def test_a_smaller_mesh_takes_the_first_devices():
+    import jax
+
+    llm = LLM(model="demo", scheduler="fcfs", mesh="tp=2", warmup=False, max_model_len=256, num_pages=16)
+    assert list(llm.engine.mesh.devices.flat) == jax.devices()[:2]
+    with pytest.raises(ValueError, match=f"needs {2 * len(jax.devices())} devices but this host has"):
+        LLM(model="demo", scheduler="fcfs", mesh=f"tp=2,spp={len(jax.devices())}", warmup=False)
+
+
 def test_checkpoint_dir_problems_name_the_problem(tmp_path):
     with pytest.raises(FileNotFoundError, match="config.json"):
         LLM(model=str(tmp_path), num_devices=1, warmup=False)

@@ -58,10 +58,28 @@ def test_greedy_tokens_equal_transformers(variant, spelling, tp, tmp_path):
 @pytest.mark.parametrize("variant,tp", [("tiny-llama2", 2), ("tiny-llama-tied", 1)])
 def test_other_variants_greedy_tokens_equal_transformers(variant, tp, tmp_path):
     golden = _golden(variant)
-    d = tmp_path / variant  # these checkpoints ship no tokenizer: borrow tiny-llama3's (same vocab)
-    shutil.copytree(DATA / variant, d)
-    shutil.copy(DATA / "tiny-llama3" / "tokenizer.json", d / "tokenizer.json")
-    llm = _llm(str(d), tp, max_model_len=None, page_size=8)
+    llm = _llm(str(DATA / variant), tp, max_model_len=None, page_size=8)  # no tokenizer shipped: token ids
     sp = SamplingParams(max_tokens=golden["new_tokens"], temperature=0.0, ignore_eos=True)
     outs = llm.generate([p["token_ids"] for p in golden["prompts"]], sp)
     assert [o.token_ids for o in outs] == [p["greedy"] for p in golden["prompts"]]
+
+
+def test_checkpoint_without_tokenizer_serves_token_ids(tmp_path):
+    """No tokenizer.json: token-id prompts still give transformers' tokens (text stays empty);
+    a text prompt or a stop string is refused with a message that says why."""
+    golden = _golden("tiny-llama3")
+    d = tmp_path / "no-tokenizer"
+    shutil.copytree(DATA / "tiny-llama3", d)
+    (d / "tokenizer.json").unlink()
+    (d / "tokenizer_config.json").unlink()
+    llm = _llm(str(d), 1)
+    assert llm.tokenizer is None
+    prompts = [p["token_ids"] for p in golden["prompts"]]
+    outs = llm.generate(prompts, SamplingParams(max_tokens=golden["new_tokens"], temperature=0.0, ignore_eos=True))
+    for out, p in zip(outs, golden["prompts"]):
+        assert out.token_ids == p["greedy"] and out.text == ""
+    with pytest.raises(ValueError, match="no tokenizer.*token ids"):
+        llm.generate(["hello"], SamplingParams(max_tokens=2))
+    with pytest.raises(ValueError, match="stop strings need a tokenizer"):
+        llm.generate([prompts[0]], SamplingParams(max_tokens=2, stop=["x"]))
+    assert not llm.engine.has_unfinished()

@@ -146,3 +146,20 @@ def test_the_profile_grid_fits_a_kv_pool_smaller_than_the_largest_chunk():
     for quick in (False, True):
         comps = composition_grid(16384, 256, 1536, quick=quick)
         assert comps and all(q + kv <= 1536 or q == 1 for c in comps for q, kv in c.seqs)
+
+
+@pytest.mark.parametrize("max_tokens", [8, 16, 64, 2048, 8192])
+@pytest.mark.parametrize("max_kv", [8, 17, 1024, 4096])
+def test_profile_grid_fits_any_engine_shape(max_tokens, max_kv):
+    """The start-up profile's grid for any token budget, sequence cap and context: every
+    composition has at most max_seqs sequences and stays inside the context (a budget larger
+    than max_model_len crashed the start-up once)."""
+    from medha_jax.runtime_profiler import composition_grid
+
+    for max_seqs in (1, 16, 256):
+        for quick in (False, True):
+            comps = composition_grid(max_tokens, max_seqs, max_kv, quick=quick)
+            assert comps
+            for c in comps:
+                assert len(c.seqs) <= max(max_seqs, 1)
+                assert all(q + kv <= max_kv for q, kv in c.seqs), c
