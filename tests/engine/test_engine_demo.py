@@ -227,3 +227,28 @@ def test_prefix_caching_gives_the_tokens_of_prefilling_everything(llm):
     again = llm.generate(prompts, sp)
     assert again[0].metrics.num_cached_tokens < 6 * page  # the document's first pages were evicted
     assert [o.token_ids for o in again] == want
+
+
+def test_the_demo_written_to_a_directory_is_the_same_model(llm, tmp_path):
+    """`python -m medha_jax.demo_export DIR`: LLM(model=DIR) gives the demo's greedy tokens and
+    text; the tokenizer files load with plain `tokenizers` and encode as the demo does."""
+    import subprocess
+    import sys
+
+    import tokenizers
+
+    out = tmp_path / "demo"
+    subprocess.run([sys.executable, "-m", "medha_jax.demo_export", str(out)], check=True,
+                   env={**__import__("os").environ, "JAX_PLATFORMS": "cpu"})
+    prompts = ["The demo model, on disk", "\u00e9t\u00e9 \u2603"]
+    expect = llm.generate(prompts, _greedy(12))
+    from_dir = LLM(model=str(out), **KW)
+    try:
+        got = from_dir.generate(prompts, _greedy(12))
+        assert [o.token_ids for o in got] == [o.token_ids for o in expect]
+        assert [o.text for o in got] == [o.text for o in expect]
+        assert from_dir.tokenizer.chat_template == llm.tokenizer.chat_template
+    finally:
+        from_dir.engine.close()
+    plain = tokenizers.Tokenizer.from_file(str(out / "tokenizer.json"))
+    assert plain.encode(prompts[1]).ids == llm.tokenizer.encode(prompts[1])
