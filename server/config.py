@@ -41,9 +41,9 @@ class ServerConfig:
     drain_timeout: float = 300.0
     """Seconds to wait for in-flight requests after SIGTERM before aborting them."""
     header_timeout: float = 10.0
-    """HTTP: seconds a client has to send a request's line and headers, from their first byte (or
-    from connecting), else 408 and the connection is closed; gRPC: seconds to finish the connection
-    handshake (TLS and HTTP/2 settings)."""
+    """Seconds a client has to finish the TLS handshake, and then (HTTP) to send a request's line
+    and headers, from their first byte or from connecting, else 408 and the connection is closed,
+    or (gRPC) its HTTP/2 preface and settings."""
     body_timeout: float = 30.0
     """HTTP: seconds a client has to send a request's body once its headers are in, else 408 and the
     connection is closed."""

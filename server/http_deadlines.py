@@ -4,13 +4,14 @@
       header timer: armed when the connection opens, and by the first byte that arrives while
       no request is in flight; disarmed when a request reaches the app (deadline_middleware).
       Fired: "408 Request Timeout" is written and the connection closed, whatever aiohttp holds.
-  handler --read_body(request, timeout)--> the body | BodyTimeout (the handler answers 408 and
-      closes the connection)
+  handler --read_body(request, timeout)--> the body | BodyTimeout (the handler answers 408 with
+      Connection: close; aiohttp then reads and drops what more arrives for up to its
+      lingering_time, 10 s, so the client can read the 408, and closes)
   aiohttp's keepalive_timeout (ServingApp passes idle_timeout): a connection with no request in
       flight is closed.
 
 So a client trickling its headers holds a connection at most header_timeout, its body at most
-body_timeout, and an idle connection lives at most idle_timeout.
+body_timeout + 10 s, and an idle connection lives at most idle_timeout.
 """
 
 from __future__ import annotations
@@ -112,7 +113,8 @@ async def read_body(request: web.Request, timeout: float) -> bytes:
 
 
 class DeadlineSite(web.BaseSite):
-    """aiohttp's TCPSite, with every connection behind a HeaderDeadline."""
+    """aiohttp's TCPSite, with every connection behind a HeaderDeadline (and, with TLS, the
+    handshake held to the same deadline)."""
 
     __slots__ = ("_host", "_port", "_header_timeout")
 
@@ -127,6 +129,7 @@ class DeadlineSite(web.BaseSite):
     async def start(self) -> None:
         await super().start()
         server = self._runner.server
+        tls = {"ssl": self._ssl_context, "ssl_handshake_timeout": self._header_timeout} if self._ssl_context else {}
         self._server = await asyncio.get_running_loop().create_server(
             lambda: HeaderDeadline(server(), self._header_timeout), self._host, self._port,
-            ssl=self._ssl_context, backlog=self._backlog)
+            backlog=self._backlog, **tls)

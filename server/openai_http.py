@@ -9,9 +9,9 @@
 Errors use OpenAI's JSON shape {"error": {message, type, param, code}}: 400 naming the field,
 401 bad token, 404 unknown model/route, 408 body not in within body_timeout (the connection is
 closed), 413 body too large, 429 queue full, 503 draining, 500 when the iteration running the
-request failed (in a stream: an error event). A client that
-disconnects cancels its handler (handler_cancellation), which leaves the streams' contexts and
-aborts the requests, freeing their KV pages at the engine's next step.
+request failed (in a stream: an error event). A client that disconnects cancels its handler
+(handler_cancellation), which leaves the streams' contexts and aborts the requests, freeing
+their KV pages at the engine's next step.
 """
 
 from __future__ import annotations
