@@ -48,7 +48,8 @@ def decode_generate_request(data: bytes) -> medha_pb2.GenerateRequest | RequestE
         return RequestError(None, f"the request is not a valid {SERVICE_NAME}.GenerateRequest: {e}")
 
 
-async def spec_from_proto(req: medha_pb2.GenerateRequest | RequestError, engine, max_prompt_tokens: int) -> GenerationSpec:
+async def spec_from_proto(req: medha_pb2.GenerateRequest | RequestError, engine,
+                          max_prompt_tokens: int) -> GenerationSpec:
     if isinstance(req, RequestError):
         raise req
     kind = req.WhichOneof("prompt")
