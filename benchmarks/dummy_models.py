@@ -36,12 +36,12 @@ TINY = {**LLAMA3_8B, "hidden_size": 64, "intermediate_size": 128, "num_hidden_la
 def write_model_dir(root: Path, name: str, config: dict) -> Path:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
-    from medha_jax.demo_model import _bytes_to_unicode
+    from medha_jax.tokenizer import byte_level_alphabet
 
     d = Path(root) / name
     d.mkdir(parents=True, exist_ok=True)
     (d / "config.json").write_text(json.dumps({k: v for k, v in config.items() if v is not None}, indent=1))
-    vocab = {ch: b for b, ch in _bytes_to_unicode().items()}
+    vocab = {ch: b for b, ch in byte_level_alphabet().items()}
     vocab.update({f"<t{i}>": i for i in range(256, config["vocab_size"])})
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)

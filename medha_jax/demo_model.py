@@ -15,7 +15,7 @@ from tokenizers import Tokenizer as HFTokenizer, decoders, models, pre_tokenizer
 
 from medha_jax.model.config import LlamaConfig
 from medha_jax.model.init import init_params
-from medha_jax.tokenizer import Tokenizer
+from medha_jax.tokenizer import Tokenizer, byte_level_alphabet
 
 DEMO_NAME = "demo"
 DEMO_SEED = 20240601
@@ -40,22 +40,9 @@ DEMO_CONFIG = LlamaConfig(
 )
 
 
-def _bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's printable stand-in character for every byte (the ByteLevel alphabet)."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {b: chr(c) for b, c in zip(bs, cs)}
-
-
 def byte_tokenizer() -> Tokenizer:
     """Byte-level tokenizer: every UTF-8 byte b is token b; specials at 256.. (vocab 512)."""
-    vocab = {ch: b for b, ch in _bytes_to_unicode().items()}
+    vocab = {ch: b for b, ch in byte_level_alphabet().items()}
     tok = HFTokenizer(models.BPE(vocab=vocab, merges=[]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()

@@ -7,7 +7,22 @@ Pure Python: imported by the scheduler, the servers and the simulator.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+
+MIN_TEMPERATURE = 1e-5
+"""Smallest temperature above 0 (greedy). float32 logits / temperature overflow far below it
+(~1e-37); the bound keeps a wide margin and still admits "almost greedy"."""
+MAX_TEMPERATURE = 100.0
+"""Largest temperature (OpenAI allows 2): sampling is near-uniform long before it, and past
+float32's range (~3.4e38) packing would overflow to inf."""
+MAX_TOP_K = 2**31 - 1
+"""top_k is packed as int32 (any value above the vocabulary size keeps every token)."""
+
+
+def _finite(name: str, v) -> None:
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+        raise ValueError(f"{name} must be a finite number, got {v!r}")
 
 
 @dataclass(slots=True)
@@ -17,9 +32,9 @@ class SamplingParams:
     max_tokens: int = 16
     """Most tokens to generate (>= 1)."""
     temperature: float = 1.0
-    """0 means greedy; otherwise logits are divided by it before sampling."""
+    """0 means greedy; otherwise logits are divided by it before sampling (MIN_TEMPERATURE..MAX_TEMPERATURE)."""
     top_k: int = 0
-    """Keep only the k most likely tokens; 0 keeps all."""
+    """Keep only the k most likely tokens; 0 keeps all (at most MAX_TOP_K)."""
     top_p: float = 1.0
     """Nucleus sampling: keep the smallest set whose probability reaches top_p, in (0, 1]."""
     seed: int | None = None
@@ -36,10 +51,13 @@ class SamplingParams:
     def __post_init__(self) -> None:
         if not isinstance(self.max_tokens, int) or isinstance(self.max_tokens, bool) or self.max_tokens < 1:
             raise ValueError(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
-        if not (self.temperature >= 0.0) or self.temperature != self.temperature:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature!r}")
-        if not isinstance(self.top_k, int) or isinstance(self.top_k, bool) or self.top_k < 0:
-            raise ValueError(f"top_k must be an integer >= 0 (0 disables it), got {self.top_k!r}")
+        _finite("temperature", self.temperature)
+        if self.temperature != 0 and not MIN_TEMPERATURE <= self.temperature <= MAX_TEMPERATURE:
+            raise ValueError(f"temperature must be 0 (greedy) or in [{MIN_TEMPERATURE:g}, {MAX_TEMPERATURE:g}], "
+                             f"got {self.temperature!r}")
+        if not isinstance(self.top_k, int) or isinstance(self.top_k, bool) or not 0 <= self.top_k <= MAX_TOP_K:
+            raise ValueError(f"top_k must be an integer in [0, {MAX_TOP_K}] (0 disables it), got {self.top_k!r}")
+        _finite("top_p", self.top_p)
         if not (0.0 < self.top_p <= 1.0):
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
         if self.seed is not None and (not isinstance(self.seed, int) or isinstance(self.seed, bool)):

@@ -3,7 +3,8 @@
   gRPC:  metadata "authorization: Bearer <key>" --BearerAuthInterceptor--> servicer | UNAUTHENTICATED
   HTTP:  header   "Authorization: Bearer <key>" --bearer_middleware------> handler   | 401 (OpenAI error JSON)
 
-Health checks (gRPC Health, GET /health) stay open so load balancers can probe without the key.
+Health checks (medha.v1.Medha/Health, grpc.health.v1.Health, GET /health) stay open so load
+balancers can probe without the key; everything else, server reflection included, needs it.
 Tokens are compared in constant time.
 """
 
@@ -15,7 +16,7 @@ import ssl
 import grpc
 from aiohttp import web
 
-OPEN_GRPC_METHODS = ("/medha.v1.Medha/Health",)
+OPEN_GRPC_METHODS = ("/medha.v1.Medha/Health", "/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch")
 OPEN_HTTP_PATHS = ("/health",)
 
 
@@ -30,20 +31,23 @@ class BearerAuthInterceptor(grpc.aio.ServerInterceptor):
     def __init__(self, api_key: str, on_reject=None):
         self.api_key = api_key
         self.on_reject = on_reject
-        self._deny_unary_stream = grpc.unary_stream_rpc_method_handler(_deny_stream)
-        self._deny_unary_unary = grpc.unary_unary_rpc_method_handler(_deny_unary)
+        self._deny = {  # by (request streaming, response streaming) of the method refused
+            (False, False): grpc.unary_unary_rpc_method_handler(_deny_unary),
+            (False, True): grpc.unary_stream_rpc_method_handler(_deny_stream),
+            (True, False): grpc.stream_unary_rpc_method_handler(_deny_unary),
+            (True, True): grpc.stream_stream_rpc_method_handler(_deny_stream),
+        }
 
     async def intercept_service(self, continuation, handler_call_details):
-        if handler_call_details.method in OPEN_GRPC_METHODS:
-            return await continuation(handler_call_details)
+        handler = await continuation(handler_call_details)
+        if handler is None or handler_call_details.method in OPEN_GRPC_METHODS:
+            return handler
         metadata = dict(handler_call_details.invocation_metadata or ())
         if token_matches(metadata.get("authorization"), self.api_key):
-            return await continuation(handler_call_details)
+            return handler
         if self.on_reject is not None:
             self.on_reject("unauthenticated")
-        if handler_call_details.method.endswith("/Generate"):
-            return self._deny_unary_stream
-        return self._deny_unary_unary
+        return self._deny[handler.request_streaming, handler.response_streaming]
 
 
 _DENIED = "missing or invalid bearer token (send metadata 'authorization: Bearer <key>')"

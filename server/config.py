@@ -40,6 +40,16 @@ class ServerConfig:
     """Path to a jinja2 chat template that overrides the tokenizer's."""
     drain_timeout: float = 300.0
     """Seconds to wait for in-flight requests after SIGTERM before aborting them."""
+    header_timeout: float = 10.0
+    """Seconds a client has to finish the TLS handshake, and then (HTTP) to send a request's line
+    and headers, from their first byte or from connecting, else 408 and the connection is closed,
+    or (gRPC) its HTTP/2 preface and settings."""
+    body_timeout: float = 30.0
+    """HTTP: seconds a client has to send a request's body once its headers are in, else 408 and the
+    connection is closed."""
+    idle_timeout: float = 30.0
+    """Seconds a connection with no request in flight stays open (HTTP keep-alive; gRPC
+    max_connection_idle, after which clients reconnect on their next call)."""
 
     def __post_init__(self) -> None:
         for name in ("port", "http_port"):
@@ -64,6 +74,10 @@ class ServerConfig:
             raise ValueError(f"max_prompt_tokens must be >= 1, got {self.max_prompt_tokens!r}")
         if not self.drain_timeout >= 0:
             raise ValueError(f"drain_timeout must be >= 0 seconds, got {self.drain_timeout!r}")
+        for name in ("header_timeout", "body_timeout", "idle_timeout"):
+            v = getattr(self, name)
+            if not 0.1 <= v <= 86400:
+                raise ValueError(f"{name} must be between 0.1 and 86400 seconds, got {v!r}")
 
     @property
     def tls(self) -> bool:

@@ -1,8 +1,11 @@
 """gRPC front end: the medha.v1.Medha servicer on grpc.aio, sharing the event loop with HTTP.
 
+  request bytes --decode_generate_request--> GenerateRequest | INVALID_ARGUMENT (a string field
+      that is not UTF-8, named by server.proto_text; stock stubs would answer INTERNAL)
   GenerateRequest --spec_from_proto (server.validation)--> GenerationSpec | INVALID_ARGUMENT (names the field)
       --AsyncEngine.add_request--> RequestStream | RESOURCE_EXHAUSTED (queue full) | UNAVAILABLE (draining)
-      --each RequestOutput--> GenerateResponse (new tokens, text delta, logprobs; usage+timings last)
+      --each RequestOutput--> GenerateResponse (new tokens, text delta, logprobs; usage+timings last;
+        the last one names the stop string or stop token, the model's EOS included)
       | INTERNAL when the iteration running it failed (other requests carry on)
   client cancels / disconnects -> the stream's context exits -> AsyncEngine.abort -> pages freed next step
 """
@@ -12,15 +15,19 @@ from __future__ import annotations
 import logging
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from medha_jax.async_engine import EngineUnavailableError, QueueFullError, RequestFailedError
 from medha_jax.outputs import RequestOutput
 from proto import medha_pb2, medha_pb2_grpc
+from server.proto_text import bad_utf8_field
 from server.validation import (
     GenerationSpec, RequestError, build_sampling_params, check_request_id, check_slo, engine_error, resolve_prompt,
 )
 
 log = logging.getLogger(__name__)
+
+SERVICE_NAME = medha_pb2.DESCRIPTOR.services_by_name["Medha"].full_name
 
 _FIELD_NAMES = {name: f"sampling.{name}" for name in (
     "max_tokens", "temperature", "top_k", "top_p", "seed", "stop", "stop_token_ids", "ignore_eos", "logprobs")}
@@ -30,7 +37,21 @@ _FINISH = {"stop": medha_pb2.FINISH_REASON_STOP, "length": medha_pb2.FINISH_REAS
            "abort": medha_pb2.FINISH_REASON_ABORT}
 
 
-async def spec_from_proto(req: medha_pb2.GenerateRequest, engine, max_prompt_tokens: int) -> GenerationSpec:
+def decode_generate_request(data: bytes) -> medha_pb2.GenerateRequest | RequestError:
+    """The request, or the RequestError to answer it with (a deserializer cannot pick the status)."""
+    try:
+        return medha_pb2.GenerateRequest.FromString(data)
+    except DecodeError as e:
+        field = bad_utf8_field(medha_pb2.GenerateRequest.DESCRIPTOR, data)
+        if field is not None:
+            return RequestError(field, f"{field} is not valid UTF-8 text")
+        return RequestError(None, f"the request is not a valid {SERVICE_NAME}.GenerateRequest: {e}")
+
+
+async def spec_from_proto(req: medha_pb2.GenerateRequest | RequestError, engine,
+                          max_prompt_tokens: int) -> GenerationSpec:
+    if isinstance(req, RequestError):
+        raise req
     kind = req.WhichOneof("prompt")
     if kind is None:
         raise RequestError("prompt", "prompt: set either text or token_ids")
@@ -70,6 +91,8 @@ def response_from_output(out: RequestOutput, with_logprobs: bool) -> medha_pb2.G
             msg.stop_string = out.stop_reason
         elif isinstance(out.stop_reason, int):
             msg.stop_token_id = out.stop_reason
+        elif out.finish_reason == "stop" and out.token_ids:
+            msg.stop_token_id = out.token_ids[-1]  # the model's EOS (the engine's stop_reason is None for it)
         msg.usage.prompt_tokens = len(out.prompt_token_ids)
         msg.usage.completion_tokens = len(out.token_ids)
         m = out.metrics
@@ -152,3 +175,22 @@ class MedhaServicer(medha_pb2_grpc.MedhaServicer):
             eos_token_ids=sorted(eng.eos_token_ids), num_layers=mc.num_layers, hidden_size=mc.hidden_size,
             num_heads=mc.num_heads, num_kv_heads=mc.num_kv_heads, max_queue=self.ae.max_queue,
         )
+
+
+def add_to_server(servicer: MedhaServicer, server) -> None:
+    """Register `servicer` as medha_pb2_grpc.add_MedhaServicer_to_server does, but with Generate's
+    request decoded by decode_generate_request."""
+    pb = medha_pb2
+    handlers = {
+        "Generate": grpc.unary_stream_rpc_method_handler(
+            servicer.Generate, request_deserializer=decode_generate_request,
+            response_serializer=pb.GenerateResponse.SerializeToString),
+        "Health": grpc.unary_unary_rpc_method_handler(
+            servicer.Health, request_deserializer=pb.HealthRequest.FromString,
+            response_serializer=pb.HealthResponse.SerializeToString),
+        "ModelInfo": grpc.unary_unary_rpc_method_handler(
+            servicer.ModelInfo, request_deserializer=pb.ModelInfoRequest.FromString,
+            response_serializer=pb.ModelInfoResponse.SerializeToString),
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
+    server.add_registered_method_handlers(SERVICE_NAME, handlers)

@@ -7,10 +7,11 @@
   GET /v1/models, /health, /metrics
 
 Errors use OpenAI's JSON shape {"error": {message, type, param, code}}: 400 naming the field,
-401 bad token, 404 unknown model/route, 413 body too large, 429 queue full, 503 draining,
-500 when the iteration running the request failed (in a stream: an error event). A client that
-disconnects cancels its handler (handler_cancellation), which leaves the streams' contexts and
-aborts the requests, freeing their KV pages at the engine's next step.
+401 bad token, 404 unknown model/route, 408 body not in within body_timeout (the connection is
+closed), 413 body too large, 429 queue full, 503 draining, 500 when the iteration running the
+request failed (in a stream: an error event). A client that disconnects cancels its handler
+(handler_cancellation), which leaves the streams' contexts and aborts the requests, freeing
+their KV pages at the engine's next step.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from aiohttp import web
 
 from medha_jax.async_engine import EngineUnavailableError, QueueFullError, RequestFailedError
 from server import openai_protocol as P
+from server.http_deadlines import BodyTimeout, read_body
 from server.validation import RequestError, build_sampling_params, check_slo, engine_error, resolve_prompt
 
 log = logging.getLogger(__name__)
@@ -49,6 +51,8 @@ def _error_for(e: BaseException) -> tuple[int, str, str, str | None, str | None]
         return 400, e.message, "invalid_request_error", e.field, None
     if isinstance(e, ModelNotFound):
         return 404, str(e), "invalid_request_error", "model", "model_not_found"
+    if isinstance(e, BodyTimeout):
+        return 408, str(e), "invalid_request_error", None, "request_timeout"
     if isinstance(e, QueueFullError):
         return 429, str(e), "rate_limit_error", None, "queue_full"
     if isinstance(e, EngineUnavailableError):
@@ -61,7 +65,7 @@ def _error_for(e: BaseException) -> tuple[int, str, str, str | None, str | None]
     return 500, f"internal error: {type(e).__name__}", "internal_error", None, None
 
 
-_REJECT_REASON = {400: "invalid", 404: "invalid", 429: "queue_full", 503: "unavailable"}
+_REJECT_REASON = {400: "invalid", 404: "invalid", 408: "timeout", 429: "queue_full", 503: "unavailable"}
 
 
 @web.middleware
@@ -83,8 +87,9 @@ async def error_middleware(request: web.Request, handler):
 
 class OpenAIServer:
     def __init__(self, async_engine, *, model_name: str, max_prompt_tokens: int, max_prompts: int,
-                 chat_template, metrics=None):
+                 chat_template, body_timeout: float, metrics=None):
         self.ae = async_engine
+        self.body_timeout = body_timeout
         self.model_name = model_name
         self.max_prompt_tokens = max_prompt_tokens
         self.max_prompts = max_prompts
@@ -105,14 +110,19 @@ class OpenAIServer:
         status, message, err_type, param, code = _error_for(e)
         if self.metrics is not None and status in _REJECT_REASON:
             self.metrics.reject(_REJECT_REASON[status])
-        return error_response(status, message, err_type, param, code)
+        resp = error_response(status, message, err_type, param, code)
+        if status == 408:
+            resp.force_close()  # the rest of the body may still be trickling in
+        return resp
 
     async def _body(self, request: web.Request):
-        raw = await request.read()  # raises 413 past client_max_size
+        raw = await read_body(request, self.body_timeout)  # aiohttp raises 413 past client_max_size
         try:
-            return json.loads(raw)
+            body = json.loads(raw)
         except (ValueError, RecursionError) as e:
             raise RequestError(None, f"the request body is not valid JSON: {e}"[:300]) from None
+        P.check_strings(raw, body)
+        return body
 
     def _check_model(self, body: dict) -> None:
         model = body.get("model")
@@ -169,7 +179,7 @@ class OpenAIServer:
     async def _serve(self, request: web.Request, chat: bool) -> web.StreamResponse:
         try:
             parsed, streams = await self._prepare(request, chat)
-        except (RequestError, ModelNotFound, QueueFullError, EngineUnavailableError, ValueError) as e:
+        except (RequestError, ModelNotFound, BodyTimeout, QueueFullError, EngineUnavailableError, ValueError) as e:
             return self._fail(e)
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         if parsed.stream:

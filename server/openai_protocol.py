@@ -1,5 +1,7 @@
 """OpenAI wire format: request bodies -> OpenAIRequest, engine outputs -> response/chunk dicts.
 
+  JSON body --check_strings--> RequestError naming the first string that is not Unicode text
+      (a lone UTF-16 surrogate such as "\ud800": JSON allows it, UTF-8 and the tokenizer do not)
   JSON body --parse_completion / parse_chat--> OpenAIRequest (prompts, sampling fields, stream
       options, SLO hints) | RequestError naming the field (unknown fields are refused, as OpenAI does)
   RequestOutput(s) --completion_response / chat_response / *_chunk--> dicts the handlers serialize
@@ -13,6 +15,7 @@ logit_bias, tools, non-text response_format, completions `logprobs` > 0 and chat
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 
@@ -39,6 +42,38 @@ class OpenAIRequest:
     ttft_deadline: float | None = None
     tpot_target: float | None = None
     priority: int = 0
+
+
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _is_text(s: str) -> bool:
+    try:
+        s.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
+def check_strings(raw: bytes, body) -> None:
+    """RequestError naming (as prompt, stop[1], messages[0].content) the first string of the parsed
+    body that holds a lone surrogate. Only a body with a surrogate escape can, so others are not walked."""
+    if not _SURROGATE_ESCAPE.search(raw):
+        return
+    stack = [("", body)]  # iterative: the body may nest as deep as the JSON parser allowed
+    while stack:
+        path, v = stack.pop()
+        bad = False
+        if isinstance(v, str):
+            bad = not _is_text(v)
+        elif isinstance(v, dict):
+            bad = not all(_is_text(k) for k in v)  # a key: the object holding it is named
+            stack.extend((f"{path}.{k}" if path else k, x) for k, x in reversed(v.items()))
+        elif isinstance(v, list):
+            stack.extend((f"{path}[{i}]", x) for i, x in reversed(list(enumerate(v))))
+        if bad:
+            raise RequestError(path or None, f"{path or 'the request body'} is not valid Unicode text: it holds a "
+                                             r"lone UTF-16 surrogate (a \ud800-\udfff escape without its pair)")
 
 
 def _is_int(v) -> bool:
@@ -173,8 +208,8 @@ def completion_logprobs(tokenizer, ids: list[int], logprobs: list[float], offset
 def chat_logprobs(tokenizer, ids: list[int], logprobs: list[float]) -> dict:
     content = []
     for t, lp in zip(ids, logprobs):
-        s = tokenizer.decode([t])
-        content.append({"token": s, "logprob": lp, "bytes": list(s.encode("utf-8")), "top_logprobs": []})
+        content.append({"token": tokenizer.decode([t]), "logprob": lp, "bytes": list(tokenizer.token_bytes(t)),
+                        "top_logprobs": []})
     return {"content": content}
 
 

@@ -13,7 +13,6 @@ client learns exactly what to fix; nothing here touches running requests.
 from __future__ import annotations
 
 import asyncio
-import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -24,6 +23,8 @@ MAX_STOP_STRINGS = 32
 MAX_STOP_STRING_CHARS = 256
 MAX_STOP_TOKEN_IDS = 1024
 MAX_REQUEST_ID_CHARS = 128
+SLO_SECONDS = (1e-3, 86400.0)
+"""Range of the SLO hints (ttft_deadline, tpot_target): a millisecond to a day."""
 _TOKENIZE_IN_THREAD_CHARS = 8192
 _SAMPLING_FIELDS = ("max_tokens", "temperature", "top_k", "top_p", "seed", "stop", "stop_token_ids",
                     "ignore_eos", "logprobs")
@@ -65,11 +66,10 @@ def field_of_message(message: str, candidates: Sequence[str]) -> str | None:
 
 
 def build_sampling_params(values: Mapping[str, object], field_names: Mapping[str, str] = {}) -> SamplingParams:
-    """SamplingParams from the fields given (missing ones keep their defaults), with server limits."""
-    for name in ("temperature", "top_p"):
-        v = values.get(name)
-        if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v)):
-            raise RequestError(_name(field_names, name), f"{_name(field_names, name)} must be a finite number, got {v!r}")
+    """SamplingParams from the fields given (missing ones keep their defaults), with server limits.
+
+    SamplingParams checks each value's type and range (finite numbers within stated bounds);
+    here are only the limits that protect the server (how many stop strings and ids)."""
     stop = values.get("stop")
     if stop is not None:
         stop_list = [stop] if isinstance(stop, str) else stop
@@ -96,9 +96,11 @@ def build_sampling_params(values: Mapping[str, object], field_names: Mapping[str
 
 
 def check_slo(ttft_deadline, tpot_target, priority_class, field_names: Mapping[str, str] = {}) -> None:
+    lo, hi = SLO_SECONDS
     for name, v in (("ttft_deadline", ttft_deadline), ("tpot_target", tpot_target)):
-        if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or not (math.isfinite(v) and v > 0)):
-            raise RequestError(_name(field_names, name), f"{_name(field_names, name)} must be a finite number of seconds > 0, got {v!r}")
+        if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or not lo <= v <= hi):
+            raise RequestError(_name(field_names, name),
+                               f"{_name(field_names, name)} must be a number of seconds in [{lo:g}, {hi:g}], got {v!r}")
     if not isinstance(priority_class, int) or isinstance(priority_class, bool) or not -(2**31) <= priority_class < 2**31:
         raise RequestError(_name(field_names, "priority_class"),
                            f"{_name(field_names, 'priority_class')} must be a 32-bit integer, got {priority_class!r}")

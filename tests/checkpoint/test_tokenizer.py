@@ -69,6 +69,31 @@ def test_flush_emits_an_incomplete_character(tok):
     assert specials.add([t.bos_token_id, 104, 105]) == "hi"  # skip_special_tokens by default
 
 
+@pytest.mark.parametrize("which", ["bpe", "bytes"])
+@pytest.mark.parametrize("text", TEXTS)
+def test_token_bytes_join_to_the_texts_bytes(which, text, tok):
+    """Each token's exact bytes, partial UTF-8 characters included (not U+FFFD's bytes)."""
+    t = tok if which == "bpe" else byte_tokenizer()
+    ids = t.encode(text, add_special_tokens=False)
+    assert b"".join(t.token_bytes(i) for i in ids) == text.encode()
+    if len(text.encode()) > len(text):  # multi-byte characters: some tokens hold only part of one
+        assert any(REPLACEMENT in t.decode([i]) for i in ids)
+    assert t.token_bytes(t.bos_token_id) == b""  # a special token adds no text
+
+
+def test_token_bytes_of_byte_fallback_pieces():
+    """SentencePiece-style vocabularies spell a raw byte as <0xNN>."""
+    import tokenizers
+    from tokenizers import decoders, models
+
+    vocab = {"<unk>": 0, "\u2581a": 1, **{f"<0x{b:02X}>": 2 + b for b in range(256)}}
+    hf = tokenizers.Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>", byte_fallback=True))
+    hf.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()])
+    t = Tokenizer(hf)
+    assert t.token_bytes(2 + 0xE2) == b"\xe2" and t.decode([2 + 0xE2]) == REPLACEMENT
+    assert t.token_bytes(1) == b" a"
+
+
 def test_tokenizer_config_tokens_as_dicts(tmp_path, data_dir):
     (tmp_path / "tokenizer.json").write_text((data_dir / "tiny-llama3" / "tokenizer.json").read_text())
     (tmp_path / "tokenizer_config.json").write_text(json.dumps(

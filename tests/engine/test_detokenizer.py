@@ -33,3 +33,18 @@ def test_stop_string_cuts_text_and_is_never_streamed():
 def test_earliest_stop_string_wins_and_spans_tokens():
     streamed, full, hit = _stream("one two three", stop=["three", "o t"])
     assert hit == "o t" and full == "one tw" and streamed == "one tw"
+
+
+def test_generated_bytes_never_merge_into_the_prompts_last_character():
+    """A prompt (given as ids) may end inside a character; the reply's bytes belong to the reply."""
+    check = "✓".encode()  # e2 9c 93
+    prompt = TOK.encode("ok ") + [check[0]]
+    out = [check[1], check[2], ord("!")]
+    inc = IncrementalText(TOK, prompt_ids=prompt)
+    streamed = []
+    for t in out:
+        inc.append(t)
+        streamed.append(inc.take_delta())
+    streamed.append(inc.flush())
+    assert "".join(streamed) == inc.text == TOK.decode(out) == "\ufffd\ufffd!"
+

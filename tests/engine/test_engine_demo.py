@@ -96,6 +96,9 @@ def test_bad_prompts_are_rejected_without_disturbing_running_requests(llm, promp
 @pytest.mark.parametrize("kw,match", [
     (dict(max_tokens=0), "max_tokens"), (dict(top_p=0.0), "top_p"), (dict(top_p=1.5), "top_p"),
     (dict(temperature=-1.0), "temperature"), (dict(top_k=-2), "top_k"),
+    (dict(temperature=float("nan")), "temperature"), (dict(temperature=1e308), r"temperature .*\[1e-05, 100\]"),
+    (dict(temperature=1e-30), "temperature"), (dict(temperature="hot"), "temperature must be a finite number"),
+    (dict(top_p=float("nan")), "top_p"), (dict(top_k=2**31), r"top_k .*2147483647"),
 ])
 def test_bad_sampling_params_name_the_field(kw, match):
     with pytest.raises(ValueError, match=match):

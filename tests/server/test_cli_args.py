@@ -51,6 +51,8 @@ def test_flags_parse_types_bools_and_none():
     (["--tls-cert", "/nonexistent.pem"], "tls_key"),
     (["--port", "-1", "--http-port", "-1"], "both"),
     (["--max-queue", "0"], "max_queue"),
+    (["--header-timeout", "0"], "header_timeout"),
+    (["--idle-timeout", "nan"], "idle_timeout"),
 ])
 def test_bad_flags_exit_2_naming_the_field(argv, words, capsys):
     with pytest.raises(SystemExit) as e:

@@ -6,6 +6,9 @@ import time
 
 import grpc
 import pytest
+from google.protobuf.descriptor_pool import DescriptorPool
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 
 from proto import medha_pb2, medha_pb2_grpc
 
@@ -63,6 +66,15 @@ def test_token_id_prompt_and_stop_token(stub, reference):
     assert msgs[-1].WhichOneof("stop_reason") == "stop_token_id" and msgs[-1].stop_token_id == stop_id
 
 
+def test_eos_finish_names_the_eos_token(stub, reference):
+    ref = reference("prompt 32", 48)  # the demo model's greedy reply ends with an EOS here
+    assert ref.finish_reason == "stop" and ref.stop_reason is None and ref.token_ids[-1] in (257, 258)
+    msgs = generate(stub, text="prompt 32", sampling=medha_pb2.SamplingParameters(max_tokens=48, temperature=0.0))
+    assert joined(msgs)[0] == ref.token_ids
+    assert msgs[-1].finish_reason == medha_pb2.FINISH_REASON_STOP
+    assert msgs[-1].WhichOneof("stop_reason") == "stop_token_id" and msgs[-1].stop_token_id == ref.token_ids[-1]
+
+
 def test_seeded_sampling_is_reproducible(stub):
     sp = medha_pb2.SamplingParameters(max_tokens=6, temperature=0.8, top_p=0.9, top_k=50, seed=1234)
     a = joined(generate(stub, text="seeded", sampling=sp))[0]
@@ -86,6 +98,31 @@ def test_health_and_model_info(stub, served):
     assert info.max_prompt_tokens == 255 and info.page_size == 16 and set(info.eos_token_ids) == {257, 258}
 
 
+def test_reflection_lists_and_describes_the_services(served):
+    with grpc.insecure_channel(served.grpc_target) as ch:
+        db = ProtoReflectionDescriptorDatabase(ch)
+        assert {"medha.v1.Medha", "grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection"} <= set(
+            db.get_services())
+        service = DescriptorPool(db).FindServiceByName("medha.v1.Medha")  # what `grpcurl describe` reads
+        assert {m.name for m in service.methods} == {"Generate", "Health", "ModelInfo"}
+        assert service.methods_by_name["Generate"].input_type.fields_by_name["sampling"].message_type.name == (
+            "SamplingParameters")
+
+
+def test_standard_health_check(served):
+    with grpc.insecure_channel(served.grpc_target) as ch:
+        health = health_pb2_grpc.HealthStub(ch)
+        for name in ("", "medha.v1.Medha"):
+            r = health.Check(health_pb2.HealthCheckRequest(service=name), timeout=5)
+            assert r.status == health_pb2.HealthCheckResponse.SERVING, name
+        watch = health.Watch(health_pb2.HealthCheckRequest(service="medha.v1.Medha"), timeout=5)
+        assert next(watch).status == health_pb2.HealthCheckResponse.SERVING
+        watch.cancel()
+        with pytest.raises(grpc.RpcError) as e:
+            health.Check(health_pb2.HealthCheckRequest(service="no.such.Service"), timeout=5)
+        assert e.value.code() == grpc.StatusCode.NOT_FOUND
+
+
 @pytest.mark.parametrize("fields, field_name", [
     (dict(), "prompt"),
     (dict(token_ids=medha_pb2.TokenIds(ids=[])), "token_ids.ids"),
@@ -93,12 +130,20 @@ def test_health_and_model_info(stub, served):
     (dict(text="x", sampling=medha_pb2.SamplingParameters(max_tokens=0)), "sampling.max_tokens"),
     (dict(text="x", sampling=medha_pb2.SamplingParameters(temperature=-1.0)), "sampling.temperature"),
     (dict(text="x", sampling=medha_pb2.SamplingParameters(temperature=float("nan"))), "sampling.temperature"),
+    (dict(text="x", sampling=medha_pb2.SamplingParameters(temperature=float("inf"))), "sampling.temperature"),
+    (dict(text="x", sampling=medha_pb2.SamplingParameters(temperature=1e30)), "sampling.temperature"),
+    (dict(text="x", sampling=medha_pb2.SamplingParameters(temperature=1e-30)), "sampling.temperature"),
+    (dict(text="x", sampling=medha_pb2.SamplingParameters(top_p=float("inf"))), "sampling.top_p"),
+    (dict(text="x", sampling=medha_pb2.SamplingParameters(top_k=2**32 - 1)), "sampling.top_k"),  # int32 when packed
     (dict(text="x", sampling=medha_pb2.SamplingParameters(top_p=0.0)), "sampling.top_p"),
     (dict(text="x", sampling=medha_pb2.SamplingParameters(stop=[""])), "sampling.stop"),
     (dict(text="x", sampling=medha_pb2.SamplingParameters(stop=["s"] * 33)), "sampling.stop"),
     (dict(text="x" * 300), "text"),
     (dict(token_ids=medha_pb2.TokenIds(ids=[65] * 9000)), "token_ids.ids"),  # checked off the event loop
     (dict(text="x", slo=medha_pb2.SloHints(ttft_deadline_s=-1.0)), "slo.ttft_deadline_s"),
+    (dict(text="x", slo=medha_pb2.SloHints(ttft_deadline_s=1e308)), "slo.ttft_deadline_s"),
+    (dict(text="x", slo=medha_pb2.SloHints(tpot_target_s=float("nan"))), "slo.tpot_target_s"),
+    (dict(text="x", slo=medha_pb2.SloHints(tpot_target_s=1e-9)), "slo.tpot_target_s"),
     (dict(text="x", request_id="bad\nid"), "request_id"),
 ])
 def test_invalid_requests_name_the_field(stub, served, fields, field_name):
@@ -107,6 +152,28 @@ def test_invalid_requests_name_the_field(stub, served, fields, field_name):
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert field_name in e.value.details(), e.value.details()
     served.wait_idle()
+
+
+def _with_bad_utf8(req: medha_pb2.GenerateRequest, marker: str) -> bytes:
+    """The serialized request with `marker`'s bytes replaced by invalid UTF-8 (a client that does not check)."""
+    data = req.SerializeToString()
+    assert data.count(marker.encode()) == 1
+    return data.replace(marker.encode(), b"\xed\xa0\x80")  # a UTF-16 surrogate, encoded as if it were UTF-8
+
+
+@pytest.mark.parametrize("req, field_name", [
+    (medha_pb2.GenerateRequest(text="MRK"), "text"),
+    (medha_pb2.GenerateRequest(text="x", sampling=medha_pb2.SamplingParameters(stop=["ok", "MRK"])), "sampling.stop"),
+    (medha_pb2.GenerateRequest(text="x", request_id="MRK"), "request_id"),
+])
+def test_string_fields_that_are_not_utf8_are_invalid_argument_naming_them(served, req, field_name):
+    with grpc.insecure_channel(served.grpc_target) as ch:
+        call = ch.unary_stream("/medha.v1.Medha/Generate", request_serializer=None,
+                               response_deserializer=medha_pb2.GenerateResponse.FromString)
+        with pytest.raises(grpc.RpcError) as e:
+            list(call(_with_bad_utf8(req, "MRK"), timeout=10))
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert e.value.details() == f"{field_name} is not valid UTF-8 text"
 
 
 def test_cancel_mid_stream_aborts_and_frees_pages(stub, served):

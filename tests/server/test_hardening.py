@@ -1,15 +1,20 @@
-"""Hardening on a real server: bounded queue, failing iterations, TLS + bearer auth, size limits."""
+"""Hardening on a real server: bounded queue, failing iterations, TLS + bearer auth, size limits,
+slow and idle clients."""
 
 from __future__ import annotations
 
+import socket
 import ssl
 import subprocess
 import threading
+import time
 
 import grpc
 import httpx
 import openai
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 
 from proto import medha_pb2, medha_pb2_grpc
 
@@ -146,6 +151,11 @@ def test_grpc_tls_and_bearer_token(secure_app, cert, reference):
         assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
         msgs = list(stub.Generate(req, timeout=10, metadata=(("authorization", "Bearer s3cret"),)))
         assert [t for m in msgs for t in m.token_ids] == reference("Hello world", 8).token_ids
+        health = health_pb2_grpc.HealthStub(ch)  # open, like Medha/Health
+        assert health.Check(health_pb2.HealthCheckRequest(), timeout=5).status == health_pb2.HealthCheckResponse.SERVING
+        with pytest.raises(grpc.RpcError) as e:  # reflection (a bidirectional stream) needs the token
+            ProtoReflectionDescriptorDatabase(ch).get_services()
+        assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
     with grpc.insecure_channel(secure_app.endpoints.grpc) as ch:  # plaintext to a TLS port
         with pytest.raises(grpc.RpcError) as e:
             medha_pb2_grpc.MedhaStub(ch).Health(medha_pb2.HealthRequest(), timeout=5)
@@ -189,3 +199,115 @@ def test_message_and_prompt_limits(served):
     finally:
         served.stop_app(app)
     served.wait_idle()
+
+
+# ---- slow and idle clients ----------------------------------------------------------------------
+TIMEOUTS = dict(header_timeout=1.5, body_timeout=1.5, idle_timeout=2.0)
+SLACK = 2.0  # seconds of scheduling noise allowed past a deadline
+
+
+@pytest.fixture(scope="module")
+def strict_app(served):
+    app = served.start_app(**TIMEOUTS)
+    yield app
+    served.stop_app(app)
+
+
+def _trickle(sock: socket.socket, data: bytes, stop: threading.Event, interval: float = 1.0) -> None:
+    """Send `data` one byte per `interval` seconds, until sent, stopped, or the server hangs up."""
+    for b in data:
+        if stop.is_set():
+            return
+        try:
+            sock.sendall(bytes([b]))
+        except OSError:
+            return
+        stop.wait(interval)
+
+
+def _read_to_eof(sock: socket.socket, timeout: float) -> tuple[bytes, float]:
+    """Everything the server sends until it closes the connection, and when it closed (monotonic)."""
+    sock.settimeout(timeout)
+    data = b""
+    while chunk := sock.recv(4096):
+        data += chunk
+    return data, time.monotonic()
+
+
+def _completion(url: str, reference) -> None:
+    r = httpx.post(url + "/v1/completions", json={"prompt": "Hello world", "max_tokens": 8, "temperature": 0},
+                   timeout=10)
+    assert r.status_code == 200 and r.json()["choices"][0]["text"] == reference("Hello world", 8).text
+
+
+def test_slow_headers_get_408_and_are_closed_while_others_are_served(strict_app, reference):
+    """Three clients trickle a request's headers at one byte per second (slowloris)."""
+    port = strict_app.endpoints.http_port
+    head = b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+    stop = threading.Event()
+    socks = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
+    t0 = time.monotonic()
+    trickles = [threading.Thread(target=_trickle, args=(s, head, stop), daemon=True) for s in socks]
+    try:
+        for t in trickles:
+            t.start()
+        _completion(strict_app.endpoints.http, reference)  # served meanwhile
+        for s in socks:
+            data, closed = _read_to_eof(s, timeout=10)
+            assert data.startswith(b"HTTP/1.1 408 "), data
+            assert closed - t0 < TIMEOUTS["header_timeout"] + SLACK
+    finally:
+        stop.set()
+        for s in socks:
+            s.close()
+    _completion(strict_app.endpoints.http, reference)
+
+
+def test_slow_body_gets_408(strict_app, reference):
+    head = (b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 60\r\n\r\n")
+    stop = threading.Event()
+    with socket.create_connection(("127.0.0.1", strict_app.endpoints.http_port)) as s:
+        s.sendall(head)
+        t0 = time.monotonic()
+        threading.Thread(target=_trickle, args=(s, b'{"prompt": "x"' + b" " * 46, stop), daemon=True).start()
+        try:
+            s.settimeout(TIMEOUTS["body_timeout"] + SLACK)
+            data = b""
+            while not data.endswith(b"}}"):  # the whole 408 (its JSON body ends the response)
+                data += s.recv(4096)
+            assert time.monotonic() - t0 < TIMEOUTS["body_timeout"] + SLACK
+        finally:
+            stop.set()
+    assert data.startswith(b"HTTP/1.1 408 ") and b'"request_timeout"' in data and b"Connection: close" in data, data
+    _completion(strict_app.endpoints.http, reference)
+
+
+def test_idle_keep_alive_connection_is_closed(strict_app):
+    with socket.create_connection(("127.0.0.1", strict_app.endpoints.http_port)) as s:
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        s.settimeout(10)
+        first = s.recv(4096)
+        assert first.startswith(b"HTTP/1.1 200 ")
+        t0 = time.monotonic()
+        rest, closed = _read_to_eof(s, timeout=TIMEOUTS["idle_timeout"] + SLACK + 5)
+    assert rest == b"" and TIMEOUTS["idle_timeout"] - 0.5 < closed - t0 < TIMEOUTS["idle_timeout"] + SLACK
+
+
+def test_grpc_handshake_deadline_and_idle_connections(strict_app):
+    with socket.create_connection(("127.0.0.1", strict_app.endpoints.grpc_port)) as s:  # never sends a preface
+        t0 = time.monotonic()
+        _, closed = _read_to_eof(s, timeout=10)
+    assert closed - t0 < TIMEOUTS["header_timeout"] + SLACK
+    states = []
+    with grpc.insecure_channel(strict_app.endpoints.grpc) as ch:
+        ch.subscribe(states.append)
+        stub = medha_pb2_grpc.MedhaStub(ch)
+        assert stub.Health(medha_pb2.HealthRequest(), timeout=5).status == medha_pb2.HealthResponse.SERVING
+        ready, idle = grpc.ChannelConnectivity.READY, grpc.ChannelConnectivity.IDLE
+        deadline = time.monotonic() + TIMEOUTS["idle_timeout"] + SLACK + 3
+        while not (ready in states and idle in states[states.index(ready):]):
+            assert time.monotonic() < deadline, states  # the server's GOAWAY after idle_timeout
+            time.sleep(0.05)
+        assert stub.Health(medha_pb2.HealthRequest(), timeout=5).status == medha_pb2.HealthResponse.SERVING
+

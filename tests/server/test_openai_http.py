@@ -120,6 +120,12 @@ def test_models_health_metrics(client, http, served):
     ({"model": "demo", "prompt": "x" * 9000}, "prompt"),  # tokenized off the event loop
     ({"model": "demo", "prompt": ["ok", [1] * 9000]}, "prompt[1]"),
     ({"model": "demo", "prompt": "x", "stream_options": {"include_usage": True}}, "stream_options"),
+    ({"model": "demo", "prompt": "x", "temperature": 1e308}, "temperature"),  # inf once packed as float32
+    ({"model": "demo", "prompt": "x", "temperature": 1e-30}, "temperature"),
+    ({"model": "demo", "prompt": "x", "top_k": 2**40}, "top_k"),  # int32 when packed
+    ({"model": "demo", "prompt": "x", "presence_penalty": 1e308}, "presence_penalty"),
+    ({"model": "demo", "prompt": "x", "ttft_deadline": 1e308}, "ttft_deadline"),
+    ({"model": "demo", "prompt": "x", "tpot_target": 1e-9}, "tpot_target"),
 ])
 def test_completion_errors_name_the_field(http, served, body, param):
     r = http.post("/v1/completions", json=body)
@@ -140,6 +146,69 @@ def test_chat_errors_name_the_field(http, body, param):
     r = http.post("/v1/chat/completions", json=body)
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == param
+
+
+@pytest.mark.parametrize("field, literal", [
+    ("temperature", "Infinity"), ("top_p", "-Infinity"), ("top_p", "NaN"), ("frequency_penalty", "NaN"),
+    ("presence_penalty", "Infinity"), ("ttft_deadline", "Infinity"), ("tpot_target", "NaN"),
+])
+def test_non_finite_numbers_are_400_naming_the_field(http, field, literal):
+    body = f'{{"prompt": "x", "max_tokens": 1, "{field}": {literal}}}'.encode()  # Python's json reads these
+    r = http.post("/v1/completions", content=body, headers={"Content-Type": "application/json"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == field, r.text
+
+
+@pytest.mark.parametrize("path, body, param", [
+    ("/v1/completions", b'{"prompt": "a\\ud800b", "max_tokens": 1}', "prompt"),
+    ("/v1/completions", b'{"prompt": ["ok", "\\udfff"], "max_tokens": 1}', "prompt[1]"),
+    ("/v1/completions", b'{"prompt": "x", "stop": ["ok", "\\ud83d"], "max_tokens": 1}', "stop[1]"),
+    ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "\\udc00"}], "max_tokens": 1}',
+     "messages[0].content"),
+    ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": [{"type": "text", "text": "\\ud800"}]}]}',
+     "messages[0].content[0].text"),
+])
+def test_lone_surrogates_are_400_naming_the_field(http, path, body, param):
+    r = http.post(path, content=body, headers={"Content-Type": "application/json"})
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] == param and "lone UTF-16 surrogate" in err["message"]
+    r = http.post("/v1/completions", content=b'{"prompt": "\\ud83d\\ude00", "max_tokens": 1}',  # a pair is fine
+                  headers={"Content-Type": "application/json"})
+    assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize("prompt, first", [
+    ([256, 97, 240], "continuation"),  # ends inside a character; the reply's byte continues it
+    ("Hello world", "special"),  # a reserved special token: decoded (skip_special_tokens) it is ""
+])
+def test_one_token_reply_carries_the_decode_of_its_token(client, reference, prompt, first):
+    ids = reference(prompt, 1).token_ids
+    assert len(ids) == 1 and (0x80 <= ids[0] < 0xC0 if first == "continuation" else 259 <= ids[0] < 512)
+    want = reference.llm.tokenizer.decode(ids)
+    r = client.completions.create(model="demo", prompt=prompt, max_tokens=1, temperature=0)
+    assert r.choices[0].text == want and r.usage.completion_tokens == 1
+    chunks = list(client.completions.create(model="demo", prompt=prompt, max_tokens=1, temperature=0, stream=True))
+    assert "".join(c.choices[0].text for c in chunks) == want
+    if first == "continuation":
+        assert want == "\ufffd"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_chat_logprob_bytes_are_the_tokens_raw_bytes(client, reference, stream):
+    messages = [{"role": "user", "content": "say 0"}]
+    ids = reference(_chat_prompt_ids(reference.llm, messages), 8).token_ids
+    assert any(0x80 <= t < 0xC0 for t in ids) and any(t >= 256 for t in ids)  # a lone UTF-8 continuation, a special
+    kw = dict(model="demo", messages=messages, max_tokens=8, temperature=0, logprobs=True)
+    if stream:
+        chunks = list(client.chat.completions.create(stream=True, **kw))
+        content = [c for ch in chunks if ch.choices and ch.choices[0].logprobs for c in ch.choices[0].logprobs.content]
+        text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+    else:
+        r = client.chat.completions.create(**kw)
+        content, text = r.choices[0].logprobs.content, r.choices[0].message.content
+    # Demo tokens: id b < 256 is the byte b; specials decode to nothing.
+    assert [bytes(c.bytes) for c in content] == [bytes([t]) if t < 256 else b"" for t in ids]
+    assert b"".join(bytes(c.bytes) for c in content).decode("utf-8", "replace") == text
 
 
 def test_other_errors_use_the_openai_shape(client, http):

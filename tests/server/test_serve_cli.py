@@ -16,6 +16,7 @@ import grpc
 import httpx
 import openai
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from proto import medha_pb2, medha_pb2_grpc
 from tests.server.engine_settings import ENGINE_KW
@@ -104,10 +105,17 @@ def test_sigterm_drains_then_exits_zero(server_proc):
     proc, ports, _, rest, reader = server_proc
     with grpc.insecure_channel(ports["grpc"]) as ch:
         stub = medha_pb2_grpc.MedhaStub(ch)
+        health = health_pb2_grpc.HealthStub(ch)
+        watch = health.Watch(health_pb2.HealthCheckRequest(service="medha.v1.Medha"), timeout=60)
+        assert next(watch).status == health_pb2.HealthCheckResponse.SERVING
         it = _long_call(stub)
         got = len(next(it).token_ids)
         proc.send_signal(signal.SIGTERM)
         _wait_draining(ports["http"])
+        assert next(watch).status == health_pb2.HealthCheckResponse.NOT_SERVING  # pushed to watchers
+        for name in ("", "medha.v1.Medha"):
+            r = health.Check(health_pb2.HealthCheckRequest(service=name), timeout=5)
+            assert r.status == health_pb2.HealthCheckResponse.NOT_SERVING, name
         with pytest.raises(grpc.RpcError) as e:
             list(stub.Generate(medha_pb2.GenerateRequest(text="late"), timeout=10))
         assert e.value.code() == grpc.StatusCode.UNAVAILABLE
