@@ -55,6 +55,9 @@ class ChatTemplate:
 
     def encode(self, text: str) -> list[int]:
         """Token ids of rendered text, without a second BOS when the template wrote one."""
+        if self.tokenizer is None:
+            raise RequestError("messages", "messages: this model has no tokenizer (no tokenizer.json), so chat "
+                                           "cannot be encoded; send token ids to /v1/completions")
         has_bos = bool(self.bos_token) and text.startswith(self.bos_token)
         return self.tokenizer.encode(text, add_special_tokens=not has_bos)
 

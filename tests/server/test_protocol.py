@@ -98,3 +98,12 @@ def test_tokenizer_template_is_used_and_its_exceptions_name_messages():
     with pytest.raises(RequestError) as e:
         strict.render([{"role": "assistant", "content": "x"}])
     assert e.value.field == "messages" and "first must be user" in e.value.message
+
+
+def test_chat_on_a_model_without_tokenizer_is_a_request_error():
+    from server.validation import RequestError
+
+    t = ChatTemplate(None)  # the default template renders; encoding needs the tokenizer
+    text = t.render([{"role": "user", "content": "hi"}])
+    with pytest.raises(RequestError, match="no tokenizer"):
+        t.encode(text)
