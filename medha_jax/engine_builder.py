@@ -102,13 +102,13 @@ def build_device_side(config: EngineConfig, scfg: SchedulerConfig) -> DeviceSide
         multihost.initialize(config)
     _enable_compilation_cache(config.compilation_cache_dir)
     mesh_spec = parse_mesh(config.mesh)
-    visible, devices = jax.devices(), None  # None: make_mesh takes every visible device
+    visible, devices, need = jax.devices(), None, mesh_size(mesh_spec)  # devices None: make_mesh takes all
     if config.num_devices is not None:
         if config.num_devices > len(visible):
             raise ValueError(f"num_devices={config.num_devices} but only {len(visible)} devices are visible")
         devices = visible[: config.num_devices]
-    elif not config.multihost and len(visible) > mesh_size(mesh_spec):
-        devices = visible[: mesh_size(mesh_spec)]  # the first N, as vLLM users expect
+    elif not config.multihost and len(visible) > need:
+        devices = visible[:need]  # the first N, as vLLM users expect
     mesh = make_mesh(mesh_spec, devices=devices)
     model_config, params, tokenizer = load_model(config.model, mesh, config.dtype, seed=config.seed,
                                                       load_format=config.load_format, require_tokenizer=False)

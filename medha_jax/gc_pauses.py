@@ -23,8 +23,10 @@ import gc
 
 
 def collect_due() -> int:
-    """Run the oldest generation whose count is over its threshold, as CPython's automatic
-    collector would on its next allocation; returns the generation collected, or -1."""
+    """Once the young generation is over its threshold, run the oldest generation whose count is
+    over its threshold, as CPython's automatic collector picks it (CPython additionally skips a
+    full pass while few objects await one; here a due full pass runs); returns the generation
+    collected, or -1."""
     counts, thresholds = gc.get_count(), gc.get_threshold()
     if not thresholds[0] or counts[0] <= thresholds[0]:
         return -1

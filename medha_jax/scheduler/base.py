@@ -399,10 +399,9 @@ class Scheduler:
     def _schedule_decodes(self, batch: ScheduledBatch, now: float) -> None:
         """Phase 1: every ready decode, oldest first; collects ready partial prefills on the way.
 
-        The hot loop of the scheduler (hundreds of decodes per iteration, about half a
-        microsecond each): it reads the KV manager's `covered` and `tables` maps directly, calls
-        `reserve` only when a decode needs a new page, and binds the methods it calls per
-        request to locals."""
+        The hot loop of the scheduler (hundreds of decodes per iteration, about a microsecond
+        each): it reads the KV manager's `covered` and `tables` maps directly, calls `reserve`
+        only when a decode needs a new page, and binds the methods it calls per request to locals."""
         in_flight = self._in_flight
         partials = []
         cap = self.config.max_num_seqs
@@ -428,14 +427,11 @@ class Scheduler:
                 continue  # its pending token is its last, whatever its id: nothing more to compute
             if n >= cap:
                 continue
+            if batch.preempted and req not in running:
+                continue  # preempted as a victim of an earlier decode
             rid = req.request_id
-            if done >= covered.get(rid, 0):  # position `done` needs a new page
-                if batch.preempted and req not in running:
-                    continue  # preempted as a victim of an earlier decode
-                if not self.reserve(req, 1, batch, now):
-                    continue  # no page: it preempted itself
-            elif batch.preempted and req not in running:
-                continue
+            if done >= covered.get(rid, 0) and not self.reserve(req, 1, batch, now):
+                continue  # position `done` needed a new page and got none: it preempted itself
             append(seq(req, done, 1, tables[rid], True))
             fly(req)
             n += 1

@@ -235,6 +235,7 @@ def test_prefix_caching_gives_the_tokens_of_prefilling_everything(llm):
 def test_the_demo_written_to_a_directory_is_the_same_model(llm, tmp_path):
     """`python -m medha_jax.demo_export DIR`: LLM(model=DIR) gives the demo's greedy tokens and
     text; the tokenizer files load with plain `tokenizers` and encode as the demo does."""
+    import os
     import subprocess
     import sys
 
@@ -242,7 +243,7 @@ def test_the_demo_written_to_a_directory_is_the_same_model(llm, tmp_path):
 
     out = tmp_path / "demo"
     subprocess.run([sys.executable, "-m", "medha_jax.demo_export", str(out)], check=True,
-                   env={**__import__("os").environ, "JAX_PLATFORMS": "cpu"})
+                   env={**os.environ, "JAX_PLATFORMS": "cpu"})
     prompts = ["The demo model, on disk", "\u00e9t\u00e9 \u2603"]
     expect = llm.generate(prompts, _greedy(12))
     from_dir = LLM(model=str(out), **KW)
