@@ -17,7 +17,6 @@ the host between ticks over the span of the job), greedy outputs compared
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -28,8 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from dummy_models import LLAMA_31M, TINY, write_model_dir  # noqa: E402
-from offline_batch import commit  # noqa: E402
-from scheduler_overhead import cpu_model  # noqa: E402
+from results_io import provenance, run_info, write_results  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -110,15 +108,10 @@ def main(argv=None) -> int:
     for llm in llms.values():
         llm.close()
     name = args.name or ("host_overlap_small" if args.small else "host_overlap")
-    report = dict(machine=f"{cpu_model()} x {os.cpu_count()} cores", commit=commit(), load_before=load_before,
-                  load_after=os.getloadavg(), model=cfg, shapes=shapes, repeats=args.repeats, rows=rows,
-                  start_s=start_s,
-                  command="python benchmarks/host_overlap.py " + " ".join(argv if argv is not None else sys.argv[1:]))
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{name}.json").write_text(json.dumps(report, indent=1))
+    report = dict(run_info("host_overlap.py", argv, load_before), model=cfg, shapes=shapes, repeats=args.repeats,
+                  rows=rows, start_s=start_s)
     lines = [f"# Device idle between iterations: waiting for each step vs asynchronous scheduling", "",
-             f"`{report['command']}` at {report['commit']}. Machine: {report['machine']}; 1-min load average "
-             f"{load_before[0]:.1f} before, {report['load_after'][0]:.1f} after. Model: random Llama, "
+             f"{provenance(report)} Model: random Llama, "
              f"{cfg['num_hidden_layers']} layers, hidden {cfg['hidden_size']}, vocab {V}, float32; default "
              f"policy, max_num_batched_tokens 512, max_num_seqs 32, every bucket compiled before timing. Median "
              f"of {args.repeats} rounds, the two engines alternating (order reversed every other round). "
@@ -131,8 +124,7 @@ def main(argv=None) -> int:
         lines.append(f"| {r['job']} | {r['mode']} | {r['median_s']:.2f} | {r['output_tokens_per_s']:.0f} | "
                      f"{r['speedup']:.2f} | {100 * r['device_idle_fraction']:.1f}% | {r['device_idle_s']:.2f} | "
                      f"{r['iterations']:.0f} | {'yes' if r['same_tokens'] else 'NO'} |")
-    (args.out / f"{name}.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_results(args.out, name, report, lines)
     return 0
 
 

@@ -17,10 +17,8 @@ checked -> results/offline_batch[_small].json and .md with the machine and its l
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -29,17 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from dummy_models import LLAMA_31M, TINY, write_model_dir  # noqa: E402
-from scheduler_overhead import cpu_model  # noqa: E402
+from results_io import provenance, run_info, write_results  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
-
-
-def commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=Path(__file__).parent, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def main(argv=None) -> int:
@@ -101,16 +91,12 @@ def main(argv=None) -> int:
     fcfs = next((r for r in rows if r["policy"] == "fcfs"), None)
     for r in rows:
         r["throughput_vs_fcfs"] = fcfs["median_s"] / r["median_s"] if fcfs else None
-    report = dict(machine=f"{cpu_model()} x {os.cpu_count()} cores", commit=commit(), load_before=load_before, load_after=os.getloadavg(),
+    report = dict(run_info("offline_batch.py", argv, load_before),
                   job=dict(prompts=args.prompts, prompt_len=args.prompt_len, new_tokens=args.new_tokens,
-                           model=cfg, shapes=shapes), repeats=args.repeats, rows=rows,
-                  command="python benchmarks/offline_batch.py " + " ".join(argv if argv is not None else sys.argv[1:]))
+                           model=cfg, shapes=shapes), repeats=args.repeats, rows=rows)
     name = "offline_batch_small" if args.small else "offline_batch"
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{name}.json").write_text(json.dumps(report, indent=1))
     lines = [f"# Offline batch: {args.prompts} prompts x ({args.prompt_len} in, {args.new_tokens} out)", "",
-             f"`{report['command']}` at {report['commit']}. Machine: {report['machine']}; 1-min load average "
-             f"{load_before[0]:.1f} before, {report['load_after'][0]:.1f} after. Model: random Llama, "
+             f"{provenance(report)} Model: random Llama, "
              f"{cfg['num_hidden_layers']} layers, hidden {cfg['hidden_size']}, vocab {cfg['vocab_size']}, float32. "
              f"Same shapes for every policy (max_num_batched_tokens {args.max_num_batched_tokens}, "
              f"max_num_seqs {args.prompts}); `LLM` defaults otherwise (batch_mode on). Median of "
@@ -122,8 +108,7 @@ def main(argv=None) -> int:
         lines.append(f"| {r['policy']} | {r['median_s']:.2f} | {r['output_tokens_per_s']:.0f} | "
                      f"{r['total_tokens_per_s']:.0f} | {x} | {r['iterations']} | "
                      f"{'yes' if r['same_tokens_as_first'] else 'NO'} |")
-    (args.out / f"{name}.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_results(args.out, name, report, lines)
     return 0
 
 

@@ -14,7 +14,6 @@ time; after an untimed round and the background compiles) and `metrics.num_cache
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import statistics
@@ -26,8 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from dummy_models import LLAMA_31M, TINY, write_model_dir  # noqa: E402
-from offline_batch import commit  # noqa: E402
-from scheduler_overhead import cpu_model  # noqa: E402
+from results_io import provenance, run_info, write_results  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -73,15 +71,10 @@ def main(argv=None) -> int:
     llm.close()
     med = {k: statistics.median(r["ttft_s"] for r in rows if r["request"] == k) for k in ("first", "repeat", "3/4 shared")}
     name = "prefix_reuse_small" if args.small else "prefix_reuse"
-    report = dict(machine=f"{cpu_model()} x {os.cpu_count()} cores", commit=commit(), load_before=load_before,
-                  load_after=os.getloadavg(), model=cfg, tokens=n, start_s=start_s, rows=rows, median_ttft_s=med,
-                  repeat_over_first=med["repeat"] / med["first"],
-                  command="python benchmarks/prefix_reuse.py " + " ".join(argv if argv is not None else sys.argv[1:]))
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{name}.json").write_text(json.dumps(report, indent=1))
+    report = dict(run_info("prefix_reuse.py", argv, load_before), model=cfg, tokens=n, start_s=start_s, rows=rows,
+                  median_ttft_s=med, repeat_over_first=med["repeat"] / med["first"])
     lines = [f"# Prefix caching: a repeated {n}-token prompt", "",
-             f"`{report['command']}` at {report['commit']}. Machine: {report['machine']}; 1-min load average "
-             f"{load_before[0]:.1f} before, {report['load_after'][0]:.1f} after. Model: random Llama, "
+             f"{provenance(report)} Model: random Llama, "
              f"{cfg['num_hidden_layers']} layers, hidden {cfg['hidden_size']}, float32, `LLM` defaults (prefix "
              f"caching on). Per round a new random document; requests one at a time, max_tokens 1.", "",
              "| round | request | TTFT | cached tokens | prompt tokens |", "|---|---|---|---|---|"]
@@ -89,8 +82,7 @@ def main(argv=None) -> int:
         lines.append(f"| {r['round']} | {r['request']} | {r['ttft_s']:.3f} s | {r['cached_tokens']} | {r['prompt_tokens']} |")
     lines += ["", f"Median TTFT: first {med['first']:.3f} s, repeat {med['repeat']:.3f} s "
               f"(**{report['repeat_over_first']:.3f}x** the first; goal <= 0.1x), 3/4 shared {med['3/4 shared']:.3f} s."]
-    (args.out / f"{name}.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_results(args.out, name, report, lines)
     return 0
 
 

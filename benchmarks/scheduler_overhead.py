@@ -32,6 +32,7 @@ from medha_jax.kv_cache_manager import KVCacheManager
 from medha_jax.request import Request, RequestStatus
 from medha_jax.sampling_params import SamplingParams
 from medha_jax.scheduler import RuntimePredictor, SchedulerConfig, make_scheduler
+from results_io import cpu_model
 
 COEFS = {"const": 4e-3, "tokens": 6e-5, "chunk_kv": 2e-10, "chunk_sq": 1e-10, "decodes": 2e-5, "decode_kv": 1e-8}
 
@@ -48,17 +49,6 @@ class Workload:
         self.n += 1
         return Request(f"q{self.n}", [1] * prompt_len, SamplingParams(max_tokens=max_tokens),
                        arrival_time=now + rng.uniform(-1.0, 0.0))
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def percentile(xs: list[float], p: float) -> float:

@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from scheduler_overhead import cpu_model  # noqa: E402
+from results_io import commit, cpu_model, write_results  # noqa: E402
 
 
 def serve_command() -> list[str]:
@@ -130,15 +130,11 @@ def main(argv=None) -> int:
                          load_after=round(os.getloadavg()[0], 2))
                 rows.append(r)
                 print(json.dumps(r), flush=True)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=ROOT).stdout.strip()
-    report = {"machine": cpu_model(), "cores": os.cpu_count(), "commit": commit, "rows": rows,
+    report = {"machine": cpu_model(), "cores": os.cpu_count(), "commit": commit(), "rows": rows,
               "serve_command": " ".join(shlex.quote(c) for c in serve_command()[1:])}
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{args.name}.json").write_text(json.dumps(report, indent=1) + "\n")
     lines = [f"# Start-up to first token ({time.strftime('%Y-%m-%d')})", "",
              f"`python benchmarks/startup.py --cases {args.cases} --rounds {args.rounds}`", "",
-             f"Machine: {report['machine']} x {report['cores']} cores, commit {commit}. Cold: empty compilation "
+             f"Machine: {report['machine']} x {report['cores']} cores, commit {report['commit']}. Cold: empty compilation "
              "cache and profile directories; warm: the same directories again (a restart). The venv is installed "
              "beforehand. serve: process start to the HTTP response of a 1-token completion; python: process start "
              "(interpreter start excluded) to `generate` returning 24 tokens for 2 prompts.", "",
@@ -148,8 +144,7 @@ def main(argv=None) -> int:
                   else f"LLM built after {r['llm_built_s']} s, process wall {r['process_wall_s']} s")
         lines.append(f"| {r['case']} | {r['phase']} | {r['round']} | {r['first_token_s']} s | {detail} | "
                      f"{r['load_before']}->{r['load_after']} |")
-    (args.out / f"{args.name}.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_results(args.out, args.name, report, lines)
     return 0
 
 

@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from dummy_models import LLAMA_31M, TINY, write_model_dir  # noqa: E402
-from scheduler_overhead import cpu_model  # noqa: E402
+from results_io import provenance, run_info, write_results  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 HERE = Path(__file__).resolve().parent
@@ -154,20 +154,13 @@ def main(argv=None) -> int:
             agreement = "same token" if a["medha"] == a["hf"] else "different token"
         rows.append(dict(job=name, medha_s=mm, hf_s=hm, medha_runs=times[name]["medha"], hf_runs=times[name]["hf"],
                          speedup=hm / mm, agreement=agreement))
-    report = dict(machine=f"{cpu_model()} x {os.cpu_count()} cores", load_before=load_before, load_after=os.getloadavg(),
-                  commit=subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                        cwd=HERE).stdout.strip(),
-                  hf=dict(info, attention=attn), medha_settings=settings, medha_start_s=start_s,
+    report = dict(run_info("vs_hf.py", argv, load_before), hf=dict(info, attention=attn), medha_settings=settings, medha_start_s=start_s,
                   compiles_in_timed_rounds=llm.engine.executor.compiles_after_warmup - compiles_before,
-                  model=cfg, repeats=args.repeats, rows=rows,
-                  command="python benchmarks/vs_hf.py " + " ".join(argv if argv is not None else sys.argv[1:]))
+                  model=cfg, repeats=args.repeats, rows=rows)
     hf.close()
     name = args.name or ("vs_hf_cpu_small" if args.small else "vs_hf_cpu")
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{name}.json").write_text(json.dumps(report, indent=1) + "\n")
     lines = [f"# medha-jax vs Hugging Face transformers ({time.strftime('%Y-%m-%d')})", "",
-             f"`{report['command']}` at {report['commit']}. Machine: {report['machine']}; 1-min load average "
-             f"{load_before[0]:.1f} before, {report['load_after'][0]:.1f} after. torch {info['torch']} "
+             f"{provenance(report)} torch {info['torch']} "
              f"({info['threads']} threads, attention `{attn}`), transformers {info['transformers']}.", "",
              f"Model: random Llama made with transformers ({cfg['num_hidden_layers']} layers, hidden "
              f"{cfg['hidden_size']}, GQA {cfg['num_attention_heads']}:{cfg['num_key_value_heads']}, vocab "
@@ -184,8 +177,7 @@ def main(argv=None) -> int:
         runs = ", ".join(f"{a:.2f}/{b:.2f}" for a, b in zip(r["medha_runs"], r["hf_runs"]))
         lines.append(f"| {r['job']} | {r['medha_s']:.2f} s | {r['hf_s']:.2f} s | {r['speedup']:.2f}x | "
                      f"{r['agreement']} | {runs} |")
-    (args.out / f"{name}.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_results(args.out, name, report, lines)
     return 0
 
 
