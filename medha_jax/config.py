@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 ATTENTION_BACKENDS = ("auto", "xla", "pallas")
 DTYPES = ("float32", "bfloat16")
+KV_CACHE_DTYPES = ("auto", "fp8_e4m3")
 LOAD_FORMATS = ("auto", "dummy")
 
 
@@ -29,7 +30,11 @@ class EngineConfig:
     """Use the first N local devices; the mesh's size must equal it (default: as many as the mesh
     needs, the first ones; multi-host meshes take every device)."""
     dtype: str = "float32"
-    """Weights, activations and KV cache dtype: float32 or bfloat16."""
+    """Weights, activations and (with kv_cache_dtype "auto") KV cache dtype: float32 or bfloat16."""
+    kv_cache_dtype: str = "auto"
+    """KV cache storage: "auto" (the model's dtype) or "fp8_e4m3" (float8_e4m3fn with one float32
+    scale per page and kv head: about half a bfloat16 cache's bytes, so kv_cache_memory_gb holds
+    about twice the pages)."""
     attention_backend: str = "auto"
     """Paged attention: "xla" (plain jax.numpy), "pallas" (Pallas kernels; interpret mode off-GPU), "auto" (pallas on GPU, xla elsewhere)."""
     page_size: int = 16
@@ -87,6 +92,8 @@ class EngineConfig:
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ValueError(f"kv_cache_dtype must be one of {KV_CACHE_DTYPES}, got {self.kv_cache_dtype!r}")
         if self.load_format not in LOAD_FORMATS:
             raise ValueError(f"load_format must be one of {LOAD_FORMATS}, got {self.load_format!r}")
         if self.attention_backend not in ATTENTION_BACKENDS:

@@ -31,6 +31,7 @@ from medha_jax.model.sharded_forward import kv_cache_bytes_per_page
 from medha_jax.runtime_profiler import get_predictor
 from medha_jax.scheduler import ProfileKey, SchedulerConfig, make_scheduler
 from meshes import PREFIX as PRESET_PREFIX, load_preset
+from pallas_kernels import kv_quant
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +57,8 @@ def resolve_attention_backend(name: str):
     if name == "auto":
         name = "pallas" if jax.default_backend() == "gpu" else "xla"
 
-    def attention_fn(*args, scale):
-        return paged_attention(*args, scale=scale, backend=name)
+    def attention_fn(*args, scale, **kv_scales):
+        return paged_attention(*args, scale=scale, backend=name, **kv_scales)
 
     attention_fn.backend = name
     return attention_fn
@@ -68,7 +69,8 @@ def profile_key_for(config: EngineConfig, mesh) -> ProfileKey:
     model = config.model if config.model == "demo" else os.path.basename(os.path.normpath(config.model))
     d = mesh.devices.flat[0]
     shape = ",".join(f"{a}={n}" for a, n in mesh.shape.items())
-    return ProfileKey(model=model, mesh=shape, dtype=config.dtype, device=f"{d.platform}:{d.device_kind}")
+    dtype = config.dtype if config.kv_cache_dtype == "auto" else f"{config.dtype},kv={config.kv_cache_dtype}"
+    return ProfileKey(model=model, mesh=shape, dtype=dtype, device=f"{d.platform}:{d.device_kind}")
 
 
 def _enable_compilation_cache(path: str | None) -> None:
@@ -81,6 +83,11 @@ def _enable_compilation_cache(path: str | None) -> None:
 
 def _jnp_dtype(name: str):
     return jax.numpy.float32 if name == "float32" else jax.numpy.bfloat16
+
+
+def _kv_dtype(config: EngineConfig):
+    """The KV cache's dtype: the model's ("auto") or float8_e4m3fn ("fp8_e4m3")."""
+    return kv_quant.FP8 if config.kv_cache_dtype == "fp8_e4m3" else _jnp_dtype(config.dtype)
 
 
 @dataclass
@@ -126,7 +133,7 @@ def build_device_side(config: EngineConfig, scfg: SchedulerConfig) -> DeviceSide
     pages_per_group = config.num_pages  # per kvp group
     if pages_per_group is None:
         if config.kv_cache_memory_gb is not None:
-            per_page = kv_cache_bytes_per_page(model_config, mesh, page, _jnp_dtype(config.dtype))
+            per_page = kv_cache_bytes_per_page(model_config, mesh, page, _kv_dtype(config))
             pages_per_group = int(config.kv_cache_memory_gb * 1e9 // per_page)
         else:
             pages_per_group = 1024
@@ -150,7 +157,7 @@ def build_device_side(config: EngineConfig, scfg: SchedulerConfig) -> DeviceSide
     leader = jax.process_count() > 1 and jax.process_index() == 0
     executor = Executor(
         model_config, params, mesh, total_pages=pages_per_group * kvp, page_size=page,
-        kv_dtype=_jnp_dtype(config.dtype), ladders=ladders,
+        kv_dtype=_kv_dtype(config), ladders=ladders,
         attention_fn=resolve_attention_backend(config.attention_backend),
         group_tokens=group_tokens, channel=multihost.Channel() if leader else None,
     )

@@ -2,7 +2,8 @@
 
 Every function here has the contract signature of `reference.paged_attention_reference`:
 `fn(q [T, H, Dh], k_pages [N, page, KVH, Dh], v_pages, page_table i32[S, P], cu_q_lens i32[S+1],
-q_offsets i32[S], kv_lens i32[S], *, scale) -> (out [T, H, Dh], lse f32[T, H])`.
+q_offsets i32[S], kv_lens i32[S], *, scale, k_scales=None, v_scales=None) -> (out [T, H, Dh],
+lse f32[T, H])`; fp8 pages come with their scales f32[N, KVH] (`kv_quant`).
 
 - `paged_attention(..., backend="xla")`: `reference.paged_attention_xla` (any platform).
 - `paged_attention(..., backend="pallas")`: the fused POD kernel over the whole hybrid batch
@@ -45,16 +46,19 @@ __all__ = [
 
 def paged_attention(q, k_pages, v_pages, page_table, cu_q_lens, q_offsets, kv_lens, *, scale,
                     backend: str = "xla", interpret: bool | None = None,
-                    config: KernelConfig | None = None, plan: PodPlan | None = None):
+                    config: KernelConfig | None = None, plan: PodPlan | None = None,
+                    k_scales=None, v_scales=None):
     """Paged attention over a hybrid batch (prefill chunks first, then 1-token decodes).
 
     config: Pallas tuning (default `device_config()`); plan: a `pod_plan` built from the same
-    metadata and config (pallas backend only; the xla backend ignores both).
+    metadata and config (pallas backend only; the xla backend ignores both); k_scales/v_scales:
+    f32[N, KVH] for fp8 pages (`kv_quant`), else None.
     """
     args = (q, k_pages, v_pages, page_table, cu_q_lens, q_offsets, kv_lens)
+    scales = dict(k_scales=k_scales, v_scales=v_scales)
     if backend == "xla":
-        return paged_attention_xla(*args, scale=scale)
+        return paged_attention_xla(*args, scale=scale, **scales)
     if backend == "pallas":
         cfg = device_config() if config is None else config
-        return pod_attention(*args, scale=scale, config=cfg, interpret=interpret, plan=plan)
+        return pod_attention(*args, scale=scale, config=cfg, interpret=interpret, plan=plan, **scales)
     raise ValueError(f"backend={backend!r}; expected one of {BACKENDS}")

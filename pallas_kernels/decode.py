@@ -29,15 +29,16 @@ from pallas_kernels.merge import merge_attention
 from pallas_kernels.tile_attention import run_row, tile_attention
 
 
-def decode_row(rows_ref, i, pt_ref, q_ref, k_ref, v_ref, o_ref, lse_ref, *, tiles: Tiles,
+def decode_row(rows_ref, i, pt_ref, q_ref, kv_refs, o_ref, lse_ref, *, tiles: Tiles,
                scale: float):
     """The decode branch: one token x G heads on MD rows, one KV split of the work row."""
-    run_row(rows_ref, i, pt_ref, q_ref, k_ref, v_ref, o_ref, lse_ref, rows=tiles.MD, tiles=tiles,
+    run_row(rows_ref, i, pt_ref, q_ref, kv_refs, o_ref, lse_ref, rows=tiles.MD, tiles=tiles,
             scale=scale)
 
 
-def _decode_kernel(cu_ref, qoff_ref, kvlen_ref, pt_ref, q_ref, k_ref, v_ref, o_ref, lse_ref, *,
-                   tiles: Tiles, scale: float, splits: int):
+def _decode_kernel(cu_ref, qoff_ref, kvlen_ref, pt_ref, q_ref, *refs, tiles: Tiles, scale: float,
+                   splits: int):
+    kv_refs, (o_ref, lse_ref) = refs[:-2], refs[-2:]  # kv_refs: k, v[, k scales, v scales]
     s, h, j = pl.program_id(0), pl.program_id(1), pl.program_id(2)
     BK = tiles.BK
     base = qoff_ref[s] + 1  # the decode token sees keys < q_offset + 1
@@ -46,23 +47,24 @@ def _decode_kernel(cu_ref, qoff_ref, kvlen_ref, pt_ref, q_ref, k_ref, v_ref, o_r
     per_split = jnp.maximum(lax.div(n_blocks + (splits - 1), jnp.int32(splits)), 1)
     kv_lo = j * per_split * BK
     kv_hi = jnp.maximum(jnp.minimum(kv_lo + per_split * BK, hi), kv_lo)
-    o, lse = tile_attention(q_ref, k_ref, v_ref, pt_ref, s, h, cu_ref[s], 1, base, kv_lo, kv_hi,
+    o, lse = tile_attention(q_ref, kv_refs, pt_ref, s, h, cu_ref[s], 1, base, kv_lo, kv_hi,
                             rows=tiles.MD, groups=tiles.G, scale=scale,
                             block_pages=tiles.block_pages)
     o_ref[...] = o  # o_ref: f32[MD, Dh] block of [S, KVH, splits, MD, Dh]
     lse_ref[...] = lse
 
 
-def decode_call(cu_q_lens, q_offsets, kv_lens, table, q, k_pages, v_pages, *, tiles: Tiles,
+def decode_call(cu_q_lens, q_offsets, kv_lens, table, q, kv, *, tiles: Tiles,
                 scale: float, splits: int, config: KernelConfig, interpret: bool):
-    """The raw kernel -> partial (o f32[S, KVH, splits, MD, Dh], lse f32[S, KVH, splits, MD])."""
+    """The raw kernel, kv = (k_pages, v_pages[, k_scales, v_scales])
+    -> partial (o f32[S, KVH, splits, MD, Dh], lse f32[S, KVH, splits, MD])."""
     S = q_offsets.shape[0]
-    KVH, Dh = k_pages.shape[2], q.shape[-1]
+    KVH, Dh = kv[0].shape[2], q.shape[-1]
     whole = pl.BlockSpec()  # whole array: pages are gathered in-kernel
     return pl.pallas_call(
         functools.partial(_decode_kernel, tiles=tiles, scale=scale, splits=splits),
         grid=(S, KVH, splits),
-        in_specs=[whole] * 7,
+        in_specs=[whole] * (5 + len(kv)),
         out_specs=[
             pl.BlockSpec((None, None, None, tiles.MD, Dh), lambda s, h, j: (s, h, j, 0, 0)),
             pl.BlockSpec((None, None, None, tiles.MD), lambda s, h, j: (s, h, j, 0)),
@@ -75,14 +77,14 @@ def decode_call(cu_q_lens, q_offsets, kv_lens, table, q, k_pages, v_pages, *, ti
                                              num_stages=config.num_stages),
         interpret=interpret,
         name="medha_decode_attention",
-    )(cu_q_lens, q_offsets, kv_lens, table, q, k_pages, v_pages)
+    )(cu_q_lens, q_offsets, kv_lens, table, q, *kv)
 
 
 def decode_attention(q, k_pages, v_pages, page_table, cu_q_lens, q_offsets, kv_lens, *, scale,
                      config: KernelConfig = DEFAULT_CONFIG, interpret: bool | None = None,
-                     splits: int | None = None):
+                     splits: int | None = None, k_scales=None, v_scales=None):
     """Contract signature for decode batches (one query token per sequence)."""
-    metadata.check_shapes(q, k_pages, v_pages)
+    kv = metadata.check_shapes(q, k_pages, v_pages, k_scales, v_scales)
     T, H, Dh = q.shape
     N, page_size, KVH, _ = k_pages.shape
     G = H // KVH
@@ -93,7 +95,7 @@ def decode_attention(q, k_pages, v_pages, page_table, cu_q_lens, q_offsets, kv_l
     kv_lens = metadata.clamp_kv_lens(kv_lens, max_pages=page_table.shape[1], page_size=page_size)
     cu_q_lens = cu_q_lens.astype(jnp.int32)
     o_part, lse_part = decode_call(
-        cu_q_lens, q_offsets.astype(jnp.int32), kv_lens, table, q, k_pages, v_pages, tiles=tiles,
+        cu_q_lens, q_offsets.astype(jnp.int32), kv_lens, table, q, kv, tiles=tiles,
         scale=scale, splits=splits, config=config, interpret=resolve_interpret(interpret))
     o_seq, lse_seq = merge_attention(jnp.moveaxis(o_part, 2, 0), jnp.moveaxis(lse_part, 2, 0))
     S = q_offsets.shape[0]

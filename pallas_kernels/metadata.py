@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from pallas_kernels import kv_quant
+
 
 def cdiv(a, b):
     """Ceil division of non-negative ints (jnp or Python)."""
     return (a + b - 1) // b
 
 
-def check_shapes(q, k_pages, v_pages):
-    """Shapes the Triton kernels accept: H a multiple of KVH, power-of-two head dim."""
+def check_shapes(q, k_pages, v_pages, k_scales=None, v_scales=None):
+    """Shapes the Triton kernels accept (H a multiple of KVH, power-of-two head dim) -> the kernel's
+    KV inputs: (k_pages, v_pages), plus (k_scales, v_scales) for fp8 pages."""
     T, H, Dh = q.shape
     N, page, KVH, Dk = k_pages.shape
     if v_pages.shape != k_pages.shape or Dk != Dh or H % KVH:
@@ -27,6 +30,8 @@ def check_shapes(q, k_pages, v_pages):
                          "k/v pages [N, page, KVH, Dh] with H a multiple of KVH")
     if Dh & (Dh - 1) or Dh < 16:
         raise ValueError(f"head dim {Dh} must be a power of two >= 16 (Triton block shapes)")
+    kv_quant.check_scales(k_pages, k_scales, v_scales)
+    return (k_pages, v_pages) if k_scales is None else (k_pages, v_pages, k_scales, v_scales)
 
 
 def pad_page_table(page_table, *, num_pages: int, block_pages: int):

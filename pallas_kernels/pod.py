@@ -34,23 +34,23 @@ from pallas_kernels.prefill import prefill_row
 from pallas_kernels.worklist import DECODE, KIND, PREFILL
 
 
-def _pod_kernel(rows_ref, pt_ref, q_ref, k_ref, v_ref, op_ref, lp_ref, od_ref, ld_ref, *,
-                tiles: Tiles, scale: float):
+def _pod_kernel(rows_ref, pt_ref, q_ref, *refs, tiles: Tiles, scale: float):
+    kv_refs, (op_ref, lp_ref, od_ref, ld_ref) = refs[:-4], refs[-4:]  # kv_refs: k, v[, k scales, v scales]
     i = pl.program_id(0)
     kind = rows_ref[i, KIND]
 
     @pl.when(kind == PREFILL)
     def _():
-        prefill_row(rows_ref, i, pt_ref, q_ref, k_ref, v_ref, op_ref, lp_ref, tiles=tiles, scale=scale)
+        prefill_row(rows_ref, i, pt_ref, q_ref, kv_refs, op_ref, lp_ref, tiles=tiles, scale=scale)
 
     @pl.when(kind == DECODE)
     def _():
-        decode_row(rows_ref, i, pt_ref, q_ref, k_ref, v_ref, od_ref, ld_ref, tiles=tiles, scale=scale)
+        decode_row(rows_ref, i, pt_ref, q_ref, kv_refs, od_ref, ld_ref, tiles=tiles, scale=scale)
 
 
-def pod_call(launch_rows, table, q, k_pages, v_pages, *, prefill_slots: int, decode_slots: int,
+def pod_call(launch_rows, table, q, kv, *, prefill_slots: int, decode_slots: int,
              tiles: Tiles, scale: float, config: KernelConfig, interpret: bool):
-    """The raw fused kernel -> prefill partials (f32[RP, M, Dh], f32[RP, M]) and decode
+    """The raw fused kernel, kv = (k_pages, v_pages[, k_scales, v_scales]) -> prefill partials (f32[RP, M, Dh], f32[RP, M]) and decode
     partials (f32[RD, MD, Dh], f32[RD, MD])."""
     Dh = q.shape[-1]
     return pl.pallas_call(
@@ -66,7 +66,7 @@ def pod_call(launch_rows, table, q, k_pages, v_pages, *, prefill_slots: int, dec
                                              num_stages=config.num_stages),
         interpret=interpret,
         name="medha_pod_attention",
-    )(launch_rows, table, q, k_pages, v_pages)
+    )(launch_rows, table, q, *kv)
 
 
 @jax.tree_util.register_dataclass
@@ -97,12 +97,12 @@ def pod_plan(page_table, cu_q_lens, q_offsets, kv_lens, *, num_tokens: int, num_
 
 def pod_attention(q, k_pages, v_pages, page_table, cu_q_lens, q_offsets, kv_lens, *, scale,
                   config: KernelConfig = DEFAULT_CONFIG, interpret: bool | None = None,
-                  plan: PodPlan | None = None):
+                  plan: PodPlan | None = None, k_scales=None, v_scales=None):
     """Contract signature: the whole hybrid batch (prefill chunks and decodes) in one kernel.
 
     `plan` (from `pod_plan` on the same metadata and config) skips rebuilding the work lists.
     """
-    metadata.check_shapes(q, k_pages, v_pages)
+    kv = metadata.check_shapes(q, k_pages, v_pages, k_scales, v_scales)
     T, H, Dh = q.shape
     N, page_size, KVH, _ = k_pages.shape
     tiles = config.tiles(H // KVH, page_size)
@@ -110,7 +110,7 @@ def pod_attention(q, k_pages, v_pages, page_table, cu_q_lens, q_offsets, kv_lens
         plan = pod_plan(page_table, cu_q_lens, q_offsets, kv_lens, num_tokens=T, num_heads=H,
                         kv_heads=KVH, page_size=page_size, num_pages=N, config=config)
     op, lp, od, ld = pod_call(
-        plan.launch_rows, plan.table, q, k_pages, v_pages, prefill_slots=plan.pre.rows.shape[0],
+        plan.launch_rows, plan.table, q, kv, prefill_slots=plan.pre.rows.shape[0],
         decode_slots=plan.dec.rows.shape[0], tiles=tiles, scale=scale, config=config,
         interpret=resolve_interpret(interpret))
     parts = [

@@ -26,24 +26,26 @@ from pallas_kernels.tile_attention import run_row
 from pallas_kernels.worklist import KIND, PREFILL
 
 
-def prefill_row(rows_ref, i, pt_ref, q_ref, k_ref, v_ref, o_ref, lse_ref, *, tiles: Tiles,
+def prefill_row(rows_ref, i, pt_ref, q_ref, kv_refs, o_ref, lse_ref, *, tiles: Tiles,
                 scale: float):
     """The prefill branch: an M-row tile of BQ tokens x G heads."""
-    run_row(rows_ref, i, pt_ref, q_ref, k_ref, v_ref, o_ref, lse_ref, rows=tiles.M, tiles=tiles,
+    run_row(rows_ref, i, pt_ref, q_ref, kv_refs, o_ref, lse_ref, rows=tiles.M, tiles=tiles,
             scale=scale)
 
 
-def _prefill_kernel(rows_ref, pt_ref, q_ref, k_ref, v_ref, o_ref, lse_ref, *, tiles, scale):
+def _prefill_kernel(rows_ref, pt_ref, q_ref, *refs, tiles, scale):
+    kv_refs, (o_ref, lse_ref) = refs[:-2], refs[-2:]  # kv_refs: k, v[, k scales, v scales]
     i = pl.program_id(0)
 
     @pl.when(rows_ref[i, KIND] == PREFILL)
     def _():
-        prefill_row(rows_ref, i, pt_ref, q_ref, k_ref, v_ref, o_ref, lse_ref, tiles=tiles, scale=scale)
+        prefill_row(rows_ref, i, pt_ref, q_ref, kv_refs, o_ref, lse_ref, tiles=tiles, scale=scale)
 
 
-def prefill_call(launch_rows, table, q, k_pages, v_pages, *, num_slots: int, tiles: Tiles,
+def prefill_call(launch_rows, table, q, kv, *, num_slots: int, tiles: Tiles,
                  scale: float, config: KernelConfig, interpret: bool):
-    """The raw kernel: rows i32[R, NCOL] -> partial (o f32[num_slots, M, Dh], lse f32[num_slots, M])."""
+    """The raw kernel: rows i32[R, NCOL], kv = (k_pages, v_pages[, k_scales, v_scales])
+    -> partial (o f32[num_slots, M, Dh], lse f32[num_slots, M])."""
     Dh = q.shape[-1]
     return pl.pallas_call(
         functools.partial(_prefill_kernel, tiles=tiles, scale=scale),
@@ -56,13 +58,14 @@ def prefill_call(launch_rows, table, q, k_pages, v_pages, *, num_slots: int, til
                                              num_stages=config.num_stages),
         interpret=interpret,
         name="medha_prefill_attention",
-    )(launch_rows, table, q, k_pages, v_pages)
+    )(launch_rows, table, q, *kv)
 
 
 def prefill_attention(q, k_pages, v_pages, page_table, cu_q_lens, q_offsets, kv_lens, *, scale,
-                      config: KernelConfig = DEFAULT_CONFIG, interpret: bool | None = None):
+                      config: KernelConfig = DEFAULT_CONFIG, interpret: bool | None = None,
+                      k_scales=None, v_scales=None):
     """Contract signature; every sequence (decodes too, as 1-token tiles) runs as prefill tiles."""
-    metadata.check_shapes(q, k_pages, v_pages)
+    kv = metadata.check_shapes(q, k_pages, v_pages, k_scales, v_scales)
     T, H, Dh = q.shape
     N, page_size, KVH, _ = k_pages.shape
     tiles = config.tiles(H // KVH, page_size)
@@ -72,7 +75,7 @@ def prefill_attention(q, k_pages, v_pages, page_table, cu_q_lens, q_offsets, kv_
     work = worklist.prefill_work(cu_q_lens, q_offsets, kv_lens, num_tokens=T, kv_heads=KVH,
                                  tiles=tiles, config=config, min_len=1)
     o_rows, lse_rows = prefill_call(
-        worklist.order_rows(work), table, q, k_pages, v_pages, num_slots=work.rows.shape[0],
+        worklist.order_rows(work), table, q, kv, num_slots=work.rows.shape[0],
         tiles=tiles, scale=scale, config=config, interpret=resolve_interpret(interpret))
     return combine.assemble([combine.finish(work, o_rows, lse_rows, kv_heads=KVH, groups=tiles.G)], q.dtype)
 

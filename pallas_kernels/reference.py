@@ -7,6 +7,10 @@ sequence s owning tokens [cu_q_lens[s], cu_q_lens[s+1])) attends to KV stored in
 bottom-right causal attention of a chunk over its cached context; a KVP shard that holds only
 earlier tokens of the sequence passes a large q_offset so every local key is visible.
 
+fp8 pages (`kv_quant`): both functions also take `k_scales` / `v_scales` f32[N, KVH], one scale
+per page and kv head; the reference dequantises whole pages, the XLA path scales score and
+probability columns.
+
 Every function returns `(out, lse)`: lse is float32 natural-log sum-exp of the scaled scores
 per (token, head), `-inf` where a row sees no key (then out is 0), so partial results over
 KV splits or KVP shards merge exactly with `merge.merge_attention`.
@@ -28,6 +32,8 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from pallas_kernels import kv_quant
+
 NEG_INF = float("-inf")
 
 
@@ -44,8 +50,12 @@ def _token_rows(cu_q_lens, q_offsets, kv_lens, num_tokens):
     return seq, limit
 
 
-def paged_attention_reference(q, k_pages, v_pages, page_table, cu_q_lens, q_offsets, kv_lens, *, scale):
+def paged_attention_reference(q, k_pages, v_pages, page_table, cu_q_lens, q_offsets, kv_lens, *, scale,
+                              k_scales=None, v_scales=None):
     """Dense reference. q: [T, H, Dh]; k/v_pages: [N, page, KVH, Dh]; returns (out [T, H, Dh], lse f32[T, H])."""
+    kv_quant.check_scales(k_pages, k_scales, v_scales)
+    if k_scales is not None:
+        k_pages, v_pages = kv_quant.dequantize_pages(k_pages, k_scales), kv_quant.dequantize_pages(v_pages, v_scales)
     T, H, Dh = q.shape
     _, page, KVH, _ = k_pages.shape
     G = H // KVH
@@ -67,6 +77,7 @@ def paged_attention_reference(q, k_pages, v_pages, page_table, cu_q_lens, q_offs
 def paged_attention_xla(
     q, k_pages, v_pages, page_table, cu_q_lens, q_offsets, kv_lens, *, scale, block_pages: int = 8,
     prefill_block_pages: int = 16, block_q: int | None = None, small_block_q: int | None = None,
+    k_scales=None, v_scales=None,
 ):
     """Online-softmax paged attention over blocks of pages (same contract as the reference).
 
@@ -80,6 +91,8 @@ def paged_attention_xla(
     amortise each loop step's gather and bookkeeping, while decodes keep small blocks because every
     sequence slot walks up to the longest decode.
     """
+    kv_quant.check_scales(k_pages, k_scales, v_scales)
+    kv = _Pages(k_pages, v_pages, k_scales, v_scales)
     T, H, Dh = q.shape
     _, page, KVH, _ = k_pages.shape
     S, P = page_table.shape
@@ -97,12 +110,11 @@ def paged_attention_xla(
     split = pre_len // big * big if small < big else pre_len
     q_pad = jnp.pad(qg, ((0, big), (0, 0), (0, 0), (0, 0)))  # a tile may run past T
     acc = (jnp.zeros((T + big, KVH, G, Dh), jnp.float32), jnp.full((T + big, KVH, G), NEG_INF, jnp.float32))
-    tiles = functools.partial(_xla_prefill_tiles, q_pad, k_pages, v_pages, table_p, cu_q_lens, q_offsets, kv_lens, bpp)
+    tiles = functools.partial(_xla_prefill_tiles, q_pad, kv, table_p, cu_q_lens, q_offsets, kv_lens, bpp)
     acc = tiles(big, jnp.zeros_like(split), split, acc)
     out_p, lse_p = tiles(small, split, pre_len, acc) if small < big else acc
     out_p, lse_p = out_p[:T], lse_p[:T]
-    out_d, lse_d = _xla_decodes(qg, k_pages, v_pages, _pad_table(page_table, bpd), cu_q_lens, q_offsets, kv_lens,
-                                bpd)
+    out_d, lse_d = _xla_decodes(qg, kv, _pad_table(page_table, bpd), cu_q_lens, q_offsets, kv_lens, bpd)
     real = jnp.arange(T) < cu_q_lens[S]
     pre = (real & (q_len[seq] >= 2))[:, None, None]  # pre: bool[T, 1, 1]
     dec = (real & (q_len[seq] == 1))[:, None, None]
@@ -115,6 +127,24 @@ def _pad_table(page_table, bp: int):
     """i32[S, P] -> i32[S, nb*bp]: whole blocks of bp pages (pad pages lie past kv_len, masked out)."""
     P = page_table.shape[1]
     return jnp.pad(page_table, ((0, 0), (0, -(-P // bp) * bp - P)))
+
+
+class _Pages:
+    """K/V pages (and their fp8 scales, or None) read a block of pages at a time."""
+
+    def __init__(self, k_pages, v_pages, k_scales, v_scales):
+        self.k, self.v, self.ks, self.vs = k_pages, v_pages, k_scales, v_scales
+        self.page = k_pages.shape[1]
+
+    def block(self, cols):
+        """Pages cols i32[..., bp] -> (k, v f32[..., bp*page, KVH, Dh], key scales f32[..., bp*page, KVH]
+        or None): values as stored (fp8 converted, not scaled)."""
+        shape = cols.shape[:-1] + (cols.shape[-1] * self.page,) + self.k.shape[2:]
+        k = self.k[cols].reshape(shape).astype(jnp.float32)
+        v = self.v[cols].reshape(shape).astype(jnp.float32)
+        if self.ks is None:
+            return k, v, None, None
+        return k, v, kv_quant.key_scales(self.ks, cols, self.page), kv_quant.key_scales(self.vs, cols, self.page)
 
 
 XLA_BLOCK_Q = 128  # query tokens per prefill tile of the XLA path (scheduler.predictor.TILE_Q)
@@ -139,7 +169,7 @@ def _finish(m, l, acc):
     return out, jnp.where(seen, m + jnp.log(jnp.where(seen, l, 1.0)), NEG_INF)
 
 
-def _xla_prefill_tiles(q_pad, k_pages, v_pages, table, cu_q_lens, q_offsets, kv_lens, bp, BQ, lo, hi, acc):
+def _xla_prefill_tiles(q_pad, kv: _Pages, table, cu_q_lens, q_offsets, kv_lens, bp, BQ, lo, hi, acc):
     """Tiles of BQ tokens over local tokens [lo[s], hi[s]) of every sequence s; writes their rows of
     acc = (out f32[T + pad, KVH, G, Dh], lse f32[T + pad, KVH, G]) and returns it.
 
@@ -148,8 +178,7 @@ def _xla_prefill_tiles(q_pad, k_pages, v_pages, table, cu_q_lens, q_offsets, kv_
     that halves the time of the [BQ, KVH, G] x [block, KVH] contraction it replaces
     (`benchmarks/xla_attention_tiles.py`)."""
     _, KVH, G, Dh = q_pad.shape
-    page = k_pages.shape[1]
-    block = bp * page
+    block = bp * kv.page
     n_tiles = jnp.maximum(hi - lo + BQ - 1, 0) // BQ  # n_tiles: i32[S]
     t_end = jnp.cumsum(n_tiles)
 
@@ -166,11 +195,15 @@ def _xla_prefill_tiles(q_pad, k_pages, v_pages, table, cu_q_lens, q_offsets, kv_
 
         def block_step(b, c):
             cols = jax.lax.dynamic_slice_in_dim(row, b * bp, bp)  # cols: i32[bp]
-            k = k_pages[cols].reshape(block, KVH, Dh).astype(jnp.float32).transpose(1, 0, 2)  # k: f32[KVH, block, Dh]
-            v = v_pages[cols].reshape(block, KVH, Dh).astype(jnp.float32).transpose(1, 0, 2)
+            k, v, ks, vs = kv.block(cols)  # k, v: f32[block, KVH, Dh]; ks, vs: f32[block, KVH] or None
+            k, v = k.transpose(1, 0, 2), v.transpose(1, 0, 2)  # k: f32[KVH, block, Dh]
             sc = jnp.einsum("kmd,kjd->kmj", qf, k)  # sc: f32[KVH, BQ*G, block]
+            if ks is not None:
+                sc = sc * ks.T[:, None, :]
             mask = (b * block + jnp.arange(block))[None, :] < lim_rows[:, None]  # mask: bool[BQ*G, block]
-            return _online_step(c, sc, mask[None], lambda p: jnp.einsum("kmj,kjd->kmd", p, v))
+            pv = (lambda p: jnp.einsum("kmj,kjd->kmd", p, v)) if vs is None else (
+                lambda p: jnp.einsum("kmj,kjd->kmd", p * vs.T[:, None, :], v))
+            return _online_step(c, sc, mask[None], pv)
 
         c0 = (jnp.full((KVH, BQ * G), NEG_INF, jnp.float32), jnp.zeros((KVH, BQ * G), jnp.float32),
               jnp.zeros((KVH, BQ * G, Dh), jnp.float32))
@@ -186,23 +219,25 @@ def _xla_prefill_tiles(q_pad, k_pages, v_pages, table, cu_q_lens, q_offsets, kv_
     return jax.lax.fori_loop(0, t_end[-1], tile, acc)
 
 
-def _xla_decodes(qg, k_pages, v_pages, table, cu_q_lens, q_offsets, kv_lens, bp):
+def _xla_decodes(qg, kv: _Pages, table, cu_q_lens, q_offsets, kv_lens, bp):
     """Sequences with q_len == 1, all at once -> per sequence (f32[S, KVH, G, Dh], f32[S, KVH, G])."""
     T, KVH, G, Dh = qg.shape
     S = kv_lens.shape[0]
-    page = k_pages.shape[1]
-    block = bp * page
+    block = bp * kv.page
     q_len = cu_q_lens[1:] - cu_q_lens[:-1]
     qd = qg[jnp.clip(cu_q_lens[:-1], 0, T - 1)]  # qd: f32[S, KVH, G, Dh]
     lim = jnp.where(q_len == 1, jnp.clip(q_offsets + 1, 0, kv_lens), 0)  # lim: i32[S]
 
     def block_step(b, c):
         cols = jax.lax.dynamic_slice_in_dim(table, b * bp, bp, axis=1)  # cols: i32[S, bp]
-        k = k_pages[cols].reshape(S, block, KVH, Dh).astype(jnp.float32)  # k: f32[S, block, KVH, Dh]
-        v = v_pages[cols].reshape(S, block, KVH, Dh).astype(jnp.float32)
+        k, v, ks, vs = kv.block(cols)  # k, v: f32[S, block, KVH, Dh]; ks, vs: f32[S, block, KVH] or None
         sc = jnp.einsum("skgd,sjkd->skgj", qd, k)  # sc: f32[S, KVH, G, block]
+        if ks is not None:
+            sc = sc * ks.transpose(0, 2, 1)[:, :, None, :]
         mask = (b * block + jnp.arange(block))[None, :] < lim[:, None]  # mask: bool[S, block]
-        return _online_step(c, sc, mask[:, None, None, :], lambda p: jnp.einsum("skgj,sjkd->skgd", p, v))
+        pv = (lambda p: jnp.einsum("skgj,sjkd->skgd", p, v)) if vs is None else (
+            lambda p: jnp.einsum("skgj,sjkd->skgd", p * vs.transpose(0, 2, 1)[:, :, None, :], v))
+        return _online_step(c, sc, mask[:, None, None, :], pv)
 
     c0 = (jnp.full((S, KVH, G), NEG_INF, jnp.float32), jnp.zeros((S, KVH, G), jnp.float32),
           jnp.zeros((S, KVH, G, Dh), jnp.float32))

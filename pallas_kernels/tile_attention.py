@@ -7,6 +7,9 @@ indirection happens here, an `index_map` cannot read data). Data flow for one pr
   limits   : row r may see local keys [kv_lo, lim[r]) (causal frontier, kv_len and split end)
   KV loop  : blocks of BK = block_pages * page_size keys, page ids read from the page table;
              blocks below every row's limit run unmasked, only the last blocks are masked
+  fp8 KV   : with scale refs (f32[N, KVH], `kv_quant`) each key's scale multiplies its score
+             column and each value's its probability column; the fp8 block is converted to q's
+             dtype for the dots
   result   : (o f32[M, Dh], lse f32[M]) normalised over this key range; a row that saw no key
              gets o = 0 and lse = -inf ("safe max": never NaN), so splits merge exactly.
 
@@ -55,11 +58,18 @@ def row_limits(base, k, kv_lo, kv_hi):
     return jnp.minimum(jnp.maximum(base + k, kv_lo), kv_hi)  # lim: i32[M]
 
 
-def attend(q, k_ref, v_ref, pt_ref, seq, kvh, kv_lo, lim, *, scale: float, block_pages: int):
+def split_kv_refs(refs):
+    """The kernel's KV refs: (k_ref, v_ref) or (k_ref, v_ref, ks_ref, vs_ref) -> four, None when unquantised."""
+    return (*refs, None, None) if len(refs) == 2 else tuple(refs)
+
+
+def attend(q, kv_refs, pt_ref, seq, kvh, kv_lo, lim, *, scale: float, block_pages: int):
     """Online softmax of q [M, Dh] over keys [kv_lo, lim[r]) of sequence `seq`, kv head `kvh`.
 
-    kv_lo must be a multiple of BK and every lim[r] >= kv_lo. Returns (o f32[M, Dh], lse f32[M]).
+    kv_refs: (k_ref, v_ref[, ks_ref, vs_ref]). kv_lo must be a multiple of BK and every
+    lim[r] >= kv_lo. Returns (o f32[M, Dh], lse f32[M]).
     """
+    k_ref, v_ref, ks_ref, vs_ref = split_kv_refs(kv_refs)
     M, Dh = q.shape
     page_size = k_ref.shape[1]
     BK = block_pages * page_size
@@ -72,7 +82,13 @@ def attend(q, k_ref, v_ref, pt_ref, seq, kvh, kv_lo, lim, *, scale: float, block
         pages = pt_ref[seq, pl.ds(b * block_pages, block_pages)]  # pages: i32[bp]
         k = k_ref[pages, :, kvh, :].reshape(BK, Dh)  # k: [BK, Dh]
         v = v_ref[pages, :, kvh, :].reshape(BK, Dh)  # v: [BK, Dh]
+        if ks_ref is not None:  # fp8: per-key scales from each key's page
+            key_pages = pt_ref[seq, b * block_pages + lax.div(_iota(BK), jnp.int32(page_size))]  # i32[BK]
+            ks, vs = ks_ref[key_pages, kvh], vs_ref[key_pages, kvh]  # ks, vs: f32[BK]
+            k, v = k.astype(q.dtype), v.astype(q.dtype)
         s = jnp.dot(q, k.T, precision=EXACT, preferred_element_type=jnp.float32) * scale  # s: f32[M, BK]
+        if ks_ref is not None:
+            s = s * ks[None, :]
         if masked:
             kpos = b * BK + _iota(BK)  # kpos: i32[BK]
             s = jnp.where(kpos[None, :] < lim[:, None], s, NEG_INF)
@@ -81,6 +97,8 @@ def attend(q, k_ref, v_ref, pt_ref, seq, kvh, kv_lo, lim, *, scale: float, block
         p = jnp.exp(s - m_safe[:, None])  # p: f32[M, BK]; exp(-inf) = 0 for masked keys
         alpha = jnp.exp(m - m_safe)  # 0 while m is still -inf
         l = alpha * l + jnp.sum(p, axis=1)
+        if vs_ref is not None:
+            p = p * vs[None, :]
         pv = jnp.dot(p.astype(v.dtype), v, precision=EXACT, preferred_element_type=jnp.float32)  # f32[M, Dh]
         return alpha[:, None] * o + pv, m_new, l
 
@@ -96,20 +114,20 @@ def attend(q, k_ref, v_ref, pt_ref, seq, kvh, kv_lo, lim, *, scale: float, block
     return o / l_safe[:, None], jnp.where(seen, m + jnp.log(l_safe), NEG_INF)
 
 
-def tile_attention(q_ref, k_ref, v_ref, pt_ref, seq, kvh, tok0, ntok, base, kv_lo, kv_hi,
+def tile_attention(q_ref, kv_refs, pt_ref, seq, kvh, tok0, ntok, base, kv_lo, kv_hi,
                    *, rows: int, groups: int, scale: float, block_pages: int):
     """Load a tile's q rows, bound their keys and attend: (o f32[rows, Dh], lse f32[rows])."""
     k, g = row_coords(rows, groups, ntok)
     q = load_q_rows(q_ref, tok0, k, g, kvh, groups=groups)  # q: [rows, Dh]
     lim = row_limits(base, k, kv_lo, kv_hi)  # lim: i32[rows]
-    return attend(q, k_ref, v_ref, pt_ref, seq, kvh, kv_lo, lim, scale=scale, block_pages=block_pages)
+    return attend(q, kv_refs, pt_ref, seq, kvh, kv_lo, lim, scale=scale, block_pages=block_pages)
 
 
-def run_row(rows_ref, i, pt_ref, q_ref, k_ref, v_ref, o_ref, lse_ref, *, rows: int, tiles: Tiles,
+def run_row(rows_ref, i, pt_ref, q_ref, kv_refs, o_ref, lse_ref, *, rows: int, tiles: Tiles,
             scale: float):
     """Compute work row i (any kind) on `rows` q rows and store its partial result at its slot."""
     o, lse = tile_attention(
-        q_ref, k_ref, v_ref, pt_ref,
+        q_ref, kv_refs, pt_ref,
         rows_ref[i, SEQ], rows_ref[i, KVH], rows_ref[i, TOK0], rows_ref[i, NTOK],
         rows_ref[i, BASE], rows_ref[i, KV_LO], rows_ref[i, KV_HI],
         rows=rows, groups=tiles.G, scale=scale, block_pages=tiles.block_pages)

@@ -217,7 +217,7 @@ class Executor:
     # ---- device state ------------------------------------------------------------------
     def kv_cache_lost(self) -> bool:
         """True when a failed step consumed the donated cache buffers."""
-        return self.kv_k.is_deleted() or self.kv_v.is_deleted()
+        return any(a.is_deleted() for a in jax.tree.leaves((self.kv_k, self.kv_v)))
 
     def reset_kv_cache(self) -> None:
         """A fresh zero cache (every request that had KV must recompute it)."""

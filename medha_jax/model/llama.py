@@ -17,7 +17,8 @@ The pieces (`embed`, `run_layers`, `final_logits`, `next_stage`) are shared by `
 batch through all stages in turn) and the pipeline tick of `medha_jax.model.pipeline_step`.
 
 The KV cache travels through the layer scan as the full local [L/spp, N, page, K, Dh] arrays in
-the carry and is updated in place at [layer, slot]; attention reads layer l's pages.
+the carry (fp8: with their scales, `model.kv_cache`) and is updated in place at [layer, slot];
+attention reads layer l's pages.
 Sharding decisions live in `medha_jax.model.sharding`; this file only uses the collectives they
 imply.
 """
@@ -30,6 +31,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from medha_jax.model import kv_cache
 from medha_jax.model.config import LlamaConfig
 from medha_jax.model.inputs import ModelInputs
 from medha_jax.model.rope import apply_rope, inv_freq
@@ -54,14 +56,6 @@ def embed_lookup(embed: jnp.ndarray, token_ids: jnp.ndarray) -> jnp.ndarray:
     return lax.psum(x, "tp")
 
 
-def _write_kv(cache: jnp.ndarray, layer: jnp.ndarray, slots: jnp.ndarray, new: jnp.ndarray) -> jnp.ndarray:
-    """cache: [Ll, N, page, K, Dh]; new: [T, K, Dh] written at flat slots i32[T] (-1: skipped)."""
-    _, N, page, _, _ = cache.shape
-    pages = jnp.where(slots < 0, N, slots // page)  # out of range -> dropped by mode="drop"
-    # Indexing [layer, page, offset] (no reshape of the cache) keeps the update in place.
-    return cache.at[layer, pages, slots % page].set(new.astype(cache.dtype), mode="drop")
-
-
 def local_inputs(inp: ModelInputs, stacked: bool) -> ModelInputs:
     """This device's block of the step inputs with the mesh dims dropped: group fields lose
     their kvp dim (and the stage dim when `stacked`), shared fields the stage dim."""
@@ -75,7 +69,7 @@ def local_inputs(inp: ModelInputs, stacked: bool) -> ModelInputs:
     )
 
 
-def _attention(attention_fn: AttentionFn, q, k_pages, v_pages, inp: ModelInputs, scale: float):
+def _attention(attention_fn: AttentionFn, q, k_pages, v_pages, inp: ModelInputs, scale: float, kv_scales):
     """Paged attention over this group's pages, merged over the kvp groups by log-sum-exp.
 
     Every group attends all query tokens to its local pages (a group holding none of a
@@ -83,22 +77,12 @@ def _attention(attention_fn: AttentionFn, q, k_pages, v_pages, inp: ModelInputs,
     partial outputs (proportional to query tokens, never to KV length) and every group merges
     them, so activations stay identical over kvp."""
     out, lse = attention_fn(q, k_pages, v_pages, inp.page_table, inp.cu_q_lens, inp.q_offsets, inp.kv_lens,
-                            scale=scale)  # out: [T, H/tp, Dh]; lse: f32[T, H/tp]
+                            scale=scale, **kv_scales)  # out: [T, H/tp, Dh]; lse: f32[T, H/tp]
     if lax.axis_size("kvp") == 1:
         return out
     outs = lax.all_gather(out, "kvp")  # outs: [kvp, T, H/tp, Dh]
     lses = lax.all_gather(lse, "kvp")  # lses: f32[kvp, T, H/tp]
     return merge_attention(outs, lses)[0]
-
-
-def _layer_view(kv_k, kv_v, layer, inp: ModelInputs):
-    """Attention's view of one layer without slicing the cache: the stacked [Ll, N, ...] cache
-    reshaped (free: the leading dims merge) to [Ll*N, page, K, Dh] pages, with this layer's page
-    ids offset by layer*N. Slicing kv_k[layer] instead made XLA copy a whole layer of cache every
-    layer of every step (step time grew with the cache size, not the batch)."""
-    L, N = kv_k.shape[:2]
-    flat = lambda c: c.reshape((L * N,) + c.shape[2:])  # noqa: E731
-    return flat(kv_k), flat(kv_v), inp.replace(page_table=inp.page_table + layer * N)
 
 
 def _layer(cfg: LlamaConfig, freq, inp: ModelInputs, attention_fn: AttentionFn, carry, xs):
@@ -110,10 +94,13 @@ def _layer(cfg: LlamaConfig, freq, inp: ModelInputs, attention_fn: AttentionFn, 
     v = jnp.einsum("td,dhk->thk", y, lp["wv"])  # v: [T, K, Dh]
     q = apply_rope(q, inp.positions, freq)
     k = apply_rope(k, inp.positions, freq)
-    kv_k = _write_kv(kv_k, layer, inp.slot_mapping, k)
-    kv_v = _write_kv(kv_v, layer, inp.slot_mapping, v)
-    k_pages, v_pages, layer_inp = _layer_view(kv_k, kv_v, layer, inp)
-    attn = _attention(attention_fn, q, k_pages, v_pages, layer_inp, cfg.head_dim ** -0.5)  # [T, H/tp, Dh]
+    kv_k = kv_cache.write(kv_k, layer, inp.slot_mapping, k, inp.cu_q_lens)
+    kv_v = kv_cache.write(kv_v, layer, inp.slot_mapping, v, inp.cu_q_lens)
+    # Attention reads one layer without slicing it out: slicing kv_k[layer] made XLA copy a whole
+    # layer of cache every layer of every step (step time grew with the cache size, not the batch).
+    k_pages, v_pages, table, kv_scales = kv_cache.layer_view(kv_k, kv_v, layer, inp.page_table)
+    attn = _attention(attention_fn, q, k_pages, v_pages, inp.replace(page_table=table), cfg.head_dim ** -0.5,
+                      kv_scales)  # [T, H/tp, Dh]
     o = jnp.einsum("thk,hkd->td", attn.astype(x.dtype), lp["wo"])  # o: [T, D] partial sum
     x = x + lax.psum(o, "tp")
     y = rms_norm(x, lp["mlp_norm"], cfg.rms_norm_eps)

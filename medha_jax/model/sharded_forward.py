@@ -1,7 +1,8 @@
 """The global view of the model: shard_map wrapper, sharded KV cache, param shardings.
 
 Data flow: global params (sharded as in `sharding.PARAM_AXES`) + global KV cache
-[L, N, page, KVHr, Dh] sharded P("spp", "kvp", None, "tp", None) + `ModelInputs` (group fields
+[L, N, page, KVHr, Dh] sharded P("spp", "kvp", None, "tp", None) (fp8: values and scales alike,
+`kv_cache.QuantizedPages`) + `ModelInputs` (group fields
 sharded over kvp, the rest replicated) -> `jax.shard_map(llama.forward)` -> replicated logits
 f32[S, V] + the updated cache (same sharding). The returned function is jittable. It runs one
 batch through every stage in turn; the serving path pipelines microbatches over the stages with
@@ -11,12 +12,13 @@ batch through every stage in turn; the serving path pipelines microbatches over 
 from __future__ import annotations
 
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from medha_jax.model import sharding
+from medha_jax.model import kv_cache, sharding
 from medha_jax.model.config import LlamaConfig
 from medha_jax.model.llama import AttentionFn, forward
 
@@ -49,14 +51,14 @@ def kv_cache_sharding(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, sharding.KV_CACHE_SPEC)
 
 
-def init_kv_cache(cfg: LlamaConfig, mesh: Mesh, total_pages: int, page_size: int,
-                  dtype=jnp.bfloat16) -> tuple[jax.Array, jax.Array]:
-    """Zero (kv_k, kv_v), each global [L, total_pages, page_size, KVHr, Dh], created sharded.
+def init_kv_cache(cfg: LlamaConfig, mesh: Mesh, total_pages: int, page_size: int, dtype=jnp.bfloat16):
+    """Zero (kv_k, kv_v), each global [L, total_pages, page_size, KVHr, Dh], created sharded;
+    dtype float8_e4m3fn gives `kv_cache.QuantizedPages` (fp8 values and their scales).
 
     total_pages is the global count: each kvp group gets total_pages // kvp pages (its local pool).
     """
     shape = sharding.kv_cache_shape(cfg, sharding.layout(cfg, mesh), total_pages, page_size)
-    zeros = jax.jit(lambda: jnp.zeros(shape, dtype), out_shardings=kv_cache_sharding(mesh))
+    zeros = jax.jit(lambda: kv_cache.zeros(shape, dtype), out_shardings=kv_cache_sharding(mesh))
     return zeros(), zeros()
 
 
@@ -64,4 +66,4 @@ def kv_cache_bytes_per_page(cfg: LlamaConfig, mesh: Mesh, page_size: int, dtype=
     """Bytes one page of K plus V takes on ONE device (for sizing the pool from free memory)."""
     lay = sharding.layout(cfg, mesh)
     per_dev = (cfg.num_layers // lay.spp) * page_size * (lay.kv_heads // lay.tp) * cfg.head_dim
-    return 2 * per_dev * jnp.dtype(dtype).itemsize
+    return math.ceil(2 * per_dev * kv_cache.bytes_per_page_element(dtype, page_size, cfg.head_dim))

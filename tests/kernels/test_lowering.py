@@ -85,6 +85,26 @@ def test_kernel_lowers_for_h100(triton_modules, name, shape):
         assert max(16, G) in rows, "decode tile: the G heads padded to 16 rows"
 
 
+@pytest.mark.parametrize("name", list(KERNELS))
+def test_kernel_lowers_for_h100_on_fp8_pages(triton_modules, name):
+    """fp8 pages (float8_e4m3fn, Triton's fp8e4nv) with their f32 scales [N, KVH]: the page loads,
+    the per-key scale gathers and the bf16 dots all lower."""
+    shape = REALISTIC[0]
+    q, k, v, *meta = contract_shapes(**shape)
+    sds = jax.ShapeDtypeStruct
+    f8 = sds(k.shape, jnp.float8_e4m3fn)
+    scales = sds((shape["pages"], shape["KVH"]), jnp.float32)
+    fn = KERNELS[name]
+    text = lower_for_h100(lambda q, k, v, *rest: fn(q, k, v, *rest[:4], k_scales=rest[4], v_scales=rest[5],
+                                                     scale=0.088, interpret=False),
+                          q, f8, f8, *meta, scales, scales)
+    assert text.count("__gpu$xla.gpu.triton") == 1
+    module = triton_modules[0]
+    assert "f8E4M3FN" in module, "the kernel reads the fp8 pages themselves"
+    dots = [tuple(map(int, m)) for m in DOT.findall(module)]
+    assert len(dots) >= 4 and all(min(m, k, n) >= 16 for m, k, _, n in dots)
+
+
 def test_f32_dots_are_exact_not_tf32(triton_modules):
     """Triton would run f32 dots as tf32 (~1e-3 error) unless asked for ieee precision."""
     shape = dict(REALISTIC[1], dtype=jnp.float32)

@@ -18,11 +18,13 @@ from pallas_kernels.reference import paged_attention_xla
 PAGES = 1000  # a page count no other dimension has, to find cache-sized arrays in the HLO
 
 
-@pytest.mark.parametrize("tp", [1, 2])
-def test_compiled_step_does_not_copy_the_cache(tp):
+@pytest.mark.parametrize("tp,dtype", [(1, jnp.float32), (2, jnp.float32), (2, jnp.float8_e4m3fn)],
+                         ids=["tp1", "tp2", "tp2-fp8"])
+def test_compiled_step_does_not_copy_the_cache(tp, dtype):
+    """fp8: neither the values nor their scales [L, PAGES, 1, K, 1] are copied."""
     mesh = make_mesh({"tp": tp}, devices=jax.devices()[:tp])
     _, params, _ = load_demo(mesh)
-    k, v = init_kv_cache(DEMO_CONFIG, mesh, PAGES, 16, jnp.float32)
+    k, v = init_kv_cache(DEMO_CONFIG, mesh, PAGES, 16, dtype)
     fwd = jax.jit(make_forward(DEMO_CONFIG, mesh, paged_attention_xla), donate_argnums=(1, 2))
     inp = make_inputs([([5] * 20, 40, [3, 4, 7, 9])], 16)
     hlo = fwd.lower(params, k, v, inp).compile().as_text()

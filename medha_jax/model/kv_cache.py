@@ -1,0 +1,112 @@
+"""The paged KV cache as the layers hold it: plain pages, or fp8 pages with a scale per page and head.
+
+Per device, each of kv_k / kv_v is either
+  plain          [Ll, N, page, K, Dh] in the model's dtype, or
+  QuantizedPages values float8_e4m3fn [Ll, N, page, K, Dh] + scales f32[Ll, N, 1, K, 1]
+                 (key j of page p, head h = values[l, p, j, h] * scales[l, p, 0, h, 0]; the
+                 scales keep the cache's rank so the cache's PartitionSpec and sharding apply
+                 to both leaves unchanged).
+
+Writing one layer's new k or v [T, K, Dh] at slot_mapping i32[T] (-1: not this device's):
+  plain: scatter at [layer, slot // page, slot % page].
+  fp8:   a page's scale is max(its kept scale, each new token's power-of-two scale for its amax,
+         `kv_quant.power_of_two_scale`); a page first
+         written at offset 0 in this batch is new to its request (pages fill in order), so its
+         old scale (earlier KV's) is dropped. A page continued from an earlier step (the first
+         token a sequence writes, at offset > 0) whose scale grew has its earlier tokens
+         re-quantised to the new scale (an exact shift: both are powers of two); then the new
+         tokens are quantised and scattered.
+Every update indexes [layer, page, ...] of the stacked arrays, so it stays in place.
+
+`layer_view` gives attention one layer's pages without slicing: the [Ll, N, ...] arrays
+reshaped to [Ll*N, ...] (free) and the page table offset by layer*N; fp8 adds the kwargs
+`k_scales` / `v_scales` f32[Ll*N, K] of the paged-attention contract.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from pallas_kernels import kv_quant
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class QuantizedPages:
+    values: jax.Array  # f8[Ll, N, page, K, Dh]
+    scales: jax.Array  # f32[Ll, N, 1, K, 1]
+
+    @property
+    def shape(self):
+        return self.values.shape
+
+
+def zeros(shape: tuple[int, ...], dtype):
+    """An empty cache side of `shape` [L, N, page, K, Dh]: fp8 pages when dtype is float8_e4m3fn."""
+    if jnp.dtype(dtype) == kv_quant.FP8:
+        L, N, _, K, _ = shape
+        return QuantizedPages(jnp.zeros(shape, kv_quant.FP8), jnp.zeros((L, N, 1, K, 1), jnp.float32))
+    return jnp.zeros(shape, dtype)
+
+
+def bytes_per_page_element(dtype, page_size: int, head_dim: int) -> float:
+    """Bytes one cached element costs, scales included (fp8: 1 + 4 / (page * Dh))."""
+    if jnp.dtype(dtype) == kv_quant.FP8:
+        return 1.0 + 4.0 / (page_size * head_dim)
+    return float(jnp.dtype(dtype).itemsize)
+
+
+def write(cache, layer, slots, new, cu_q_lens):
+    """One layer's new k or v [T, K, Dh] written at flat slots i32[T] (-1 skipped) -> the cache.
+
+    cu_q_lens i32[S+1]: where each sequence's tokens start (fp8: its first token may continue a
+    page written in an earlier step)."""
+    if isinstance(cache, QuantizedPages):
+        return _write_fp8(cache, layer, slots, new, cu_q_lens)
+    _, N, page, _, _ = cache.shape
+    pages = jnp.where(slots < 0, N, slots // page)  # out of range -> dropped by mode="drop"
+    return cache.at[layer, pages, slots % page].set(new.astype(cache.dtype), mode="drop")
+
+
+def _write_fp8(cache: QuantizedPages, layer, slots, new, cu_q_lens) -> QuantizedPages:
+    vals, sc = cache.values, cache.scales  # vals: f8[Ll, N, page, K, Dh]; sc: f32[Ll, N, 1, K, 1]
+    _, N, page, _, _ = vals.shape
+    T = slots.shape[0]
+    valid = slots >= 0
+    pages = jnp.where(valid, slots // page, N)  # pages: i32[T]; N is dropped by mode="drop"
+    at = jnp.minimum(pages, N - 1)  # for reads
+    off = slots % page
+    x = new.astype(jnp.float32)  # x: f32[T, K, Dh]
+    need = kv_quant.power_of_two_scale(jnp.max(jnp.abs(x), axis=-1))  # need: f32[T, K]
+    prev = jnp.concatenate([jnp.full((1,), -2, slots.dtype), slots[:-1]])
+    starts = valid & ((off == 0) | (prev != slots - 1))  # the batch's first write to its page
+    keep = starts & (off > 0)  # ... to a page holding earlier tokens: its scale is kept
+    old = sc[layer, at, 0, :, 0]  # old: f32[T, K]
+    sc = sc.at[layer, jnp.where(starts, pages, N), 0, :, 0].set(jnp.where(keep[:, None], old, 0.0), mode="drop")
+    sc = sc.at[layer, pages, 0, :, 0].max(need, mode="drop")
+    scale = sc[layer, at, 0, :, 0]  # scale: f32[T, K], each token's page's new scale
+    # A continued page is only ever a sequence's first token here: later tokens of the batch fill
+    # pages in order, and a kvp group's share of a chunk starts on a page boundary.
+    t0 = jnp.clip(cu_q_lens[:-1], 0, T - 1)  # t0: i32[S]
+    grow = (cu_q_lens[1:] > cu_q_lens[:-1]) & keep[t0] & (scale[t0] > old[t0]).any(axis=-1)
+    p0 = jnp.where(grow, pages[t0], N)
+    ratio = jnp.where(grow[:, None], old[t0] / scale[t0], 1.0)  # ratio: f32[S, K] <= 1
+    earlier = vals[layer, jnp.minimum(p0, N - 1)].astype(jnp.float32)  # earlier: f32[S, page, K, Dh]
+    earlier = (earlier * ratio[:, None, :, None]).astype(kv_quant.FP8)  # |values| only shrink
+    vals = vals.at[layer, p0].set(earlier, mode="drop")
+    vals = vals.at[layer, pages, off].set(kv_quant.quantize(x, scale), mode="drop")
+    return QuantizedPages(vals, sc)
+
+
+def layer_view(kv_k, kv_v, layer, page_table):
+    """Attention's view of one layer: (k_pages, v_pages, page_table + layer*N, scale kwargs)."""
+    scales = {}
+    if isinstance(kv_k, QuantizedPages):
+        L, N, _, K, _ = kv_k.scales.shape
+        scales = dict(k_scales=kv_k.scales.reshape(L * N, K), v_scales=kv_v.scales.reshape(L * N, K))
+        kv_k, kv_v = kv_k.values, kv_v.values
+    L, N = kv_k.shape[:2]
+    flat = lambda c: c.reshape((L * N,) + c.shape[2:])  # noqa: E731
+    return flat(kv_k), flat(kv_v), page_table + layer * N, scales
