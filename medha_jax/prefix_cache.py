@@ -36,6 +36,8 @@ class PrefixCache:
             a.on_evict = functools.partial(self._evict, g)
         self.queried_tokens = 0
         self.hit_tokens = 0
+        self.evicted_pages = 0
+        """Cached pages whose KV was overwritten by an allocation (LRU eviction)."""
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -108,3 +110,4 @@ class PrefixCache:
         h = self._key[group].pop(page, None)
         if h is not None:
             self._entries.pop(h, None)
+            self.evicted_pages += 1
