@@ -1,12 +1,17 @@
 """Policy study: every compared policy at 0.25-1.75 QPS with 0%, 1% and 5% long requests, plus each
-policy's capacity, on the modelled Llama-3 8B / 16 x A100 TP8-SPP2 deployment of Medha 6.2 / 6.4.
+policy's capacity, on the modelled Llama-3 8B / 16 x A100 TP8-SPP2 deployment of Medha 6.2 / 6.4,
+plus the multi-turn long-document row.
 
   python benchmarks/policy_study.py            (30-45 min on 2 cores; --quick: ~5 min)
   python benchmarks/policy_study.py --seed 1 --device llama3-8b-h100x8-tp8 --out DIR   (other draws)
   python benchmarks/policy_study.py --quick --qps 0.75,1.25 --out DIR                  (other loads)
+  python benchmarks/policy_study.py --conversations-only --workers 1   (the conversation row alone,
+                                    -> benchmarks/results/policy_study_conversations/; ~25 min)
 
   (mix, qps, policy) grid --2 worker processes, each its own Experiment-->
       medha_jax.sim: generated workload (seed fixed) -> real Scheduler on a simulated clock
+  conversation row: ShareGPT4-like shorts + conversations over 64K-512K-token documents
+      (CONVERSATIONS), every policy with the prefix cache on, and the default policy with it off
   --> benchmarks/results/policy_study/: report.md (tables, capacity, paper-vs-ours ratios, simulator
       speed), results.json, ttft_cdf_*.png (Medha Fig. 9), ttft_over_time_*.png (Fig. 1b),
       miss_rate_vs_qps_*.png, tpot_vs_qps.png, capacity.png
@@ -29,7 +34,8 @@ from medha_jax.sim.capacity import capacity  # noqa: E402
 from medha_jax.sim.experiment import Experiment  # noqa: E402
 from medha_jax.sim.policies import POLICIES  # noqa: E402
 from medha_jax.sim.profiles import load_profile  # noqa: E402
-from medha_jax.sim.report import markdown_table, plot_lines, plot_ttft_cdfs, plot_ttft_over_time, to_json  # noqa: E402
+from medha_jax.sim.report import (markdown_table, plot_lines, plot_ttft_cdfs, plot_ttft_over_time,  # noqa: E402
+                                  reuse_table, to_json)
 from medha_jax.sim.workload import WorkloadSpec, generate  # noqa: E402
 from medha_jax.scheduler.config import SchedulerConfig  # noqa: E402
 
@@ -42,6 +48,10 @@ QPS = (0.25, 0.75, 1.25, 1.75)
 CDF_POINTS = {(0.05, 0.25), (0.05, 0.75), (0.05, 1.75), (0.01, 0.75), (0.0, 1.75)}
 OVER_TIME = (0.05, 0.75)
 SEED = 0
+CONVERSATIONS = dict(qps=0.75, long_fraction=0.0, conversation_rate=0.02, documents=40, turns=4.0, think=60.0)
+"""The conversation row: 0.75 QPS of shorts, a conversation every 50 s on average over one of 40
+documents of 64K-512K tokens (more than the 8.8M-token KV pool holds, so documents get evicted),
+4 turns on average, a minute of thinking between an answer and the next question."""
 
 _EXP: Experiment | None = None
 
@@ -76,7 +86,63 @@ def _one(task):
     return (mix, qps, policy, run.summary, wall, run.result.iterations, _Light(run) if keep else None)
 
 
-def _capacity(task):
+def _conversation(task):
+    policy, caching, duration = task
+    specs = generate(WorkloadSpec(duration=duration, seed=SEED, **CONVERSATIONS))
+    t0 = time.perf_counter()
+    run = _exp().run(policy, specs, horizon=duration, prefix_caching=caching)
+    return policy, caching, run.summary, time.perf_counter() - t0
+
+
+def conversation_rows(pool, policies, duration) -> dict:
+    """{row name: summary}: every policy with the prefix cache on, the default policy also off."""
+    tasks = [(p, True, duration) for p in policies] + [(DEFAULT, False, duration)]
+    out = {}
+    for pol, caching, summary, wall in pool.map(_conversation, tasks):
+        out[pol if caching else f"{pol} (prefix cache off)"] = summary
+        print(f"  conversations {pol} prefix cache {'on' if caching else 'off'}: {wall:.1f} s wall", flush=True)
+    return out
+
+
+def conversation_losses(rows: dict) -> str:
+    """Every (baseline, class) where a baseline with the prefix cache on misses fewer deadlines
+    than the default policy with it on."""
+    mine, lines = rows[DEFAULT], []
+    for name, s in rows.items():
+        if name == DEFAULT or name.endswith("(prefix cache off)"):
+            continue
+        for cls, label in (("short", "short"), ("long", "first turn"), ("follow_up", "later turn")):
+            a, b = mine.get(cls, {}).get("deadline_miss_rate"), s.get(cls, {}).get("deadline_miss_rate")
+            if a is not None and b is not None and b < a - 1e-12:
+                lines.append(f"| {name} | {label} | {100 * b:.1f}% | {100 * a:.1f}% |")
+    if not lines:
+        return f"None: no policy misses fewer short, first-turn or later-turn deadlines than {DEFAULT}."
+    return "\n".join([f"| baseline | class | baseline misses | {DEFAULT} misses |", "|---|---|---|---|"] + lines)
+
+
+def conversation_section(rows: dict, duration: float) -> list[str]:
+    specs = generate(WorkloadSpec(duration=duration, seed=SEED, **CONVERSATIONS))
+    exp = _exp()
+    turns = [s for s in specs if s.segments is not None]
+    later = [s for s in turns if s.follows is not None]
+    w = CONVERSATIONS
+    return [
+        "## Multi-turn long-document conversations (prefix reuse)", "",
+        f"Workload: {w['qps']} QPS of ShareGPT4-like short requests, plus a conversation every "
+        f"{1 / w['conversation_rate']:.0f} s on average (Poisson) over one of {w['documents']} documents of "
+        f"64K-512K tokens (uniform); {w['turns']:.0f} turns on average (geometric); each turn resends the document "
+        f"and the history and asks a new ShareGPT4-like question; the next turn arrives an exponential "
+        f"{w['think']:.0f} s (mean) after the answer's last token. Seed {SEED}, {duration:.0f} s of arrivals: "
+        f"{len(specs) - len(turns)} short requests, {len(turns) - len(later)} conversations, {len(later)} later turns "
+        f"generated (a later turn whose previous turn has not finished at the horizon never arrives). TTFT "
+        f"deadline of a later turn: max(1.5 x the prefill time of its tokens after the previous turn's prompt, "
+        f"0.5 s); of the others as above. Offered prefill load without any cache: "
+        f"{_fmt(exp.offered_load(specs, duration)['all'])}. KV pool: the device's "
+        f"{exp.profile.kv_tokens_per_group / 1e6:.1f}M tokens, shared by running requests and the prefix cache "
+        f"(LRU eviction). 'long' below = first turns.", "",
+        f"### Where the default policy ({DEFAULT}) loses (prefix cache on for all)", "", conversation_losses(rows), "",
+        markdown_table(rows), "", reuse_table(rows)]
+
     mix, policy, duration, hi = task
     return mix, policy, capacity(_exp(), policy, WorkloadSpec(duration=duration, long_fraction=mix, seed=SEED),
                                  lo=0.05, hi=hi, rel_tol=0.1)
@@ -128,6 +194,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=OUT)
     ap.add_argument("--seed", type=int, default=SEED, help="workload and predictor-fit seed")
     ap.add_argument("--device", default=DEVICE, help="deployment preset (see python -m medha_jax.sim --help)")
+    ap.add_argument("--conversations-only", action="store_true",
+                    help="run only the multi-turn long-document row (default --out: results/policy_study_conversations)")
     ap.add_argument("--qps", default=None,
                     help="comma-separated QPS points (default: 0.25,0.75,1.25,1.75; with --quick 0.25,1.75)")
     args = ap.parse_args(argv)
@@ -142,8 +210,27 @@ def main(argv=None) -> int:
         if not qps_list or any(not q > 0 for q in qps_list):
             raise SystemExit(f"--qps needs comma-separated positive request rates, got {args.qps!r}")
     cap_duration = 1800.0
-    os.makedirs(args.out, exist_ok=True)
     policies = list(POLICIES)
+    if args.conversations_only:
+        out = OUT + "_conversations" if args.out == OUT else args.out
+        os.makedirs(out, exist_ok=True)
+        t0 = time.perf_counter()
+        with ProcessPoolExecutor(args.workers, initializer=_init, initargs=(args.device, args.seed)) as pool:
+            rows = conversation_rows(pool, policies, duration)
+        total = time.perf_counter() - t0
+        exp = _exp()
+        lines = ["# Policy study, conversation row (generated by `python benchmarks/policy_study.py "
+                 "--conversations-only`; do not edit by hand)", "", f"Code: {_code_version()}.", "",
+                 f"Device: modelled {exp.profile.name}. Scheduler predictor: {exp.predictor_info}. Time budget "
+                 f"t_target = 50 ms. Whole run: {total:.0f} s wall with {args.workers} worker process(es).", ""]
+        with open(os.path.join(out, "report.md"), "w") as f:
+            f.write("\n".join(lines + conversation_section(rows, duration)) + "\n")
+        to_json(os.path.join(out, "results.json"), {
+            "device": exp.profile.describe(), "predictor": exp.predictor_info, "duration_s": duration,
+            "workload": {**CONVERSATIONS, "seed": SEED}, "rows": rows})
+        print(f"wrote {out} in {total:.0f} s")
+        return 0
+    os.makedirs(args.out, exist_ok=True)
     tasks = [(mix, qps, pol, duration, (mix, qps) in CDF_POINTS or (mix, qps) == OVER_TIME)
              for mix in MIXES for qps in qps_list for pol in policies]
     tasks.sort(key=lambda t: -t[1])  # the slow, high-load runs first
@@ -155,6 +242,7 @@ def main(argv=None) -> int:
             if lt is not None:
                 light[(mix, qps, pol)] = lt
             print(f"  long {mix:.0%} qps {qps} {pol}: {wall:.1f} s wall", flush=True)
+        conversations = conversation_rows(pool, policies, duration)
         caps = {}
         if not args.quick:
             cap_tasks = [(mix, pol, cap_duration, 2.5) for mix in MIXES for pol in policies]
@@ -168,13 +256,15 @@ def main(argv=None) -> int:
                                                                 seed=SEED)), duration)
              for mix in MIXES for qps in qps_list}
     _plots(args.out, res, light, caps, qps_list, policies)
-    _report(args.out, res, walls, iters, caps, loads, qps_list, policies, duration, cap_duration, total, args)
+    _report(args.out, res, walls, iters, caps, loads, qps_list, policies, duration, cap_duration, total, args,
+            conversations)
     to_json(os.path.join(args.out, "results.json"), {
         "device": exp.profile.describe(), "predictor": exp.predictor_info, "duration_s": duration,
         "runs": [{"long_fraction": m, "qps": q, "policy": p, "summary": s, "wall_s": walls[(m, q, p)],
                   "iterations": iters[(m, q, p)]} for (m, q, p), s in sorted(res.items())],
         "capacity": [{"long_fraction": m, "policy": p, **c} for (m, p), c in sorted(caps.items())],
         "offered_prefill_load": [{"long_fraction": m, "qps": q, **v} for (m, q), v in sorted(loads.items())],
+        "conversations": {"workload": {**CONVERSATIONS, "seed": SEED}, "rows": conversations},
     })
     print(f"wrote {args.out} in {total:.0f} s")
     return 0
@@ -247,7 +337,8 @@ def losses(res, qps_list, policies) -> str:
                      + rows)
 
 
-def _report(out, res, walls, iters, caps, loads, qps_list, policies, duration, cap_duration, total, args):
+def _report(out, res, walls, iters, caps, loads, qps_list, policies, duration, cap_duration, total, args,
+            conversations):
     exp = _exp()
     lines = [
         "# Policy study (generated by `python benchmarks/policy_study.py`; do not edit by hand)",
@@ -290,6 +381,7 @@ def _report(out, res, walls, iters, caps, loads, qps_list, policies, duration, c
 
         for p in policies:
             lines.append(f"| {p} | " + " | ".join(cell(caps[(m, p)]) for m in MIXES) + " |")
+    lines += [""] + conversation_section(conversations, duration)
     lines += ["", "## The paper's ratios next to ours", "", paper_comparison(res), "",
               "Why they differ: docs/simulator.md, section 'Policy study: where we differ from the paper'.", "",
               "## Simulator speed", "",

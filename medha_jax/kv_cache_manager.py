@@ -16,8 +16,9 @@ holds its pages, and are dropped, not cleared, on free): read them, never mutate
 With prefix caching (`prefix_caching=True`, `prefix_cache.PrefixCache`): `match_prefix(request)`
 gives a request that holds no pages the longest run of cached full pages equal to its first
 tokens (shared, refcounted, at least one token left to compute) and returns how many tokens they
-cover; `commit(request)` indexes the request's pages that are full and computed; freed cached
-pages are parked, still reusable by content, until an allocation needs them.
+cover; `peek_prefix(request)` says how many that would be now without taking anything;
+`commit(request)` indexes the request's pages that are full and computed; freed cached pages are
+parked, still reusable by content, until an allocation needs them.
 Pure Python, no JAX.
 """
 
@@ -222,16 +223,28 @@ class KVCacheManager:
         self.covered[request.request_id] = n
         return n
 
+    def peek_prefix(self, request: Request) -> int:
+        """Tokens `match_prefix` would give the request now (0 without prefix caching); takes no
+        pages and counts nothing. Costs one hash per cached page (and one for the first miss)."""
+        if self.prefix is None:
+            return 0
+        known = request.prompt_len + len(request.output_token_ids)
+        return self.prefix.peek(request.token_ids_slice(0, known), (known - 1) // self.page_size) * self.page_size
+
     def commit(self, request: Request) -> None:
         """Index the request's pages that are full and computed (called after its KV advanced)."""
         prefix = self.prefix
         known = request.prompt_len + len(request.output_token_ids)  # a pending token's id is unknown
         full = min(request.num_computed_tokens, known) // self.page_size
-        if prefix is None or full <= prefix.num_registered(request.request_id):
+        if prefix is None:
+            return
+        done = prefix.num_registered(request.request_id)
+        if full <= done:
             return
         tables = self.tables[request.request_id]
         per = self.max_tokens_per_kvp_group // self.page_size
-        prefix.register(request.request_id, request.token_ids_slice(0, full * self.page_size), full,
+        ps = self.page_size
+        prefix.register(request.request_id, request.token_ids_slice(done * ps, full * ps), full,
                         lambda i: (i // per, tables[i // per][i % per]))
 
     def clear_prefix_cache(self) -> None:

@@ -4,6 +4,9 @@
       h_i = hash((h_{i-1}, the page's tokens)): page i's key covers every token before it too
   KVCacheManager.match_prefix(request) --match(rid, tokens, max_pages)--> [(group, page), ...] the
       longest run of cached pages from position 0 whose tokens (and parent links) are equal
+  KVCacheManager.peek_prefix(request) --peek(tokens, max_pages)--> how many pages match would give
+      now (nothing taken, nothing recorded: the scheduler's work estimates)
+  Scheduler, once a request is admitted --record(queried, hit)--> the hit-rate counters
   PageAllocator eviction --_evict(group, page)--> the entry pointing at the page is dropped
 
 A hit is verified, not trusted: the entry's tokens must equal the request's page and its parent
@@ -33,12 +36,29 @@ class PrefixCache:
             a.on_evict = functools.partial(self._evict, g)
         self.queried_tokens = 0
         self.hit_tokens = 0
+        self.evicted_pages = 0
+        """Cached pages whose KV was overwritten by an allocation (LRU eviction)."""
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def match(self, request_id: str, tokens: Sequence[int], max_pages: int) -> list[tuple[int, int]]:
         """(group, page) of the longest cached prefix of `tokens`, at most max_pages pages."""
+        out, chain = self._walk(tokens, max_pages)
+        self._chains[request_id] = chain
+        return out
+
+    def peek(self, tokens: Sequence[int], max_pages: int) -> int:
+        """How many pages `match` would find now; changes nothing."""
+        return len(self._walk(tokens, max_pages)[0])
+
+    def record(self, queried_tokens: int, hit_tokens: int) -> None:
+        """An admitted request looked up `queried_tokens` tokens and got `hit_tokens` from the cache
+        (counted once per admission, however often the scheduler offered it a prefix before)."""
+        self.queried_tokens += queried_tokens
+        self.hit_tokens += hit_tokens
+
+    def _walk(self, tokens: Sequence[int], max_pages: int) -> tuple[list[tuple[int, int]], list[int]]:
         ps, out, chain, parent = self.page_size, [], [], _ROOT
         for i in range(max_pages):
             page_tokens = tuple(tokens[i * ps:(i + 1) * ps])
@@ -49,19 +69,19 @@ class PrefixCache:
             out.append((e[0], e[1]))
             chain.append(h)
             parent = h
-        self._chains[request_id] = chain
-        self.queried_tokens += len(tokens)
-        self.hit_tokens += len(out) * ps
-        return out
+        return out, chain
 
-    def register(self, request_id: str, tokens: Sequence[int], num_full_pages: int,
+    def register(self, request_id: str, new_tokens: Sequence[int], num_full_pages: int,
                  page_of: Callable[[int], tuple[int, int]]) -> None:
-        """Pages [0, num_full_pages) of the request hold the KV of `tokens`: index the new ones."""
+        """Pages [0, num_full_pages) of the request hold its KV: index the ones not indexed yet.
+        `new_tokens` are the tokens of those pages only, from page `num_registered(request_id)` on
+        (a long prompt is not re-sliced from position 0 at every chunk)."""
         chain = self._chains.setdefault(request_id, [])
         ps = self.page_size
-        for i in range(len(chain), num_full_pages):
+        first = len(chain)
+        for i in range(first, num_full_pages):
             parent = chain[-1] if chain else _ROOT
-            page_tokens = tuple(tokens[i * ps:(i + 1) * ps])
+            page_tokens = tuple(new_tokens[(i - first) * ps:(i - first + 1) * ps])
             h = hash((parent, page_tokens))
             chain.append(h)
             if h in self._entries:
@@ -90,3 +110,4 @@ class PrefixCache:
         h = self._key[group].pop(page, None)
         if h is not None:
             self._entries.pop(h, None)
+            self.evicted_pages += 1

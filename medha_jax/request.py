@@ -67,7 +67,9 @@ class Request:
     status: RequestStatus = RequestStatus.WAITING
     num_preemptions: int = 0
     num_cached_tokens: int = 0
-    """Prompt tokens whose KV came from the prefix cache when the request was last admitted."""
+    """Prompt tokens whose KV came from the prefix cache when the request was last admitted;
+    before its first admission, what the cache held for it when it arrived (the priority policies
+    count these as done while the request waits)."""
 
     # Timings, on the engine's clock.
     first_scheduled_time: float | None = None

@@ -132,6 +132,8 @@ class Scheduler:
                 f"{self.kv.max_tokens_per_kvp_group} tokens); raise the page count or lower max_tokens"
             )
         request.status = RequestStatus.WAITING
+        if self.kv.prefix is not None:  # the policies rank and judge it by the work not yet cached
+            request.num_cached_tokens = self.kv.peek_prefix(request)
         self._by_id[request.request_id] = request
         if request.tpot_target is not None:
             self._tpot_targets[request.tpot_target] = self._tpot_targets.get(request.tpot_target, 0) + 1
@@ -210,11 +212,8 @@ class Scheduler:
         self._schedule_decodes(batch, now)
         n_decodes = len(batch.seqs)
         self.packer.pack_prefills(self, batch, now)
-        for req in self._matched:  # offered a cached prefix but not admitted: waiting holds no pages
-            if req in self.waiting:
-                self.kv.free(req)
-                req.num_computed_tokens = 0
-        self._matched.clear()
+        if self._matched:
+            self._settle_offers()
         if n_decodes and len(batch.seqs) > n_decodes:  # the contract: prefill chunks first
             batch.seqs = batch.seqs[n_decodes:] + batch.seqs[:n_decodes]
         if batch.seqs and self.predictor is not None and batch.predicted_time is None:
@@ -311,26 +310,34 @@ class Scheduler:
         return req.num_remaining_tokens == 1 and req.has_sampled
 
     def prefill_candidates(self, now: float):
-        """Ready running partial prefills and waiting requests, best first (lazy). With prefix
-        caching, a waiting request is offered its cached prefix as the packer reaches it (its
-        `num_computed_tokens` then starts after the prefix); `schedule` takes the pages back from
-        any that stays waiting."""
+        """Ready running partial prefills and waiting requests, best first (lazy)."""
         partials = [r for r in self.partials if r in self.running and r not in self._in_flight]
-        candidates = self.policy.candidates(partials, now)
-        if self.kv.prefix is None:
-            return candidates
-        return self._with_prefixes(candidates)
+        return self.policy.candidates(partials, now)
 
-    def _with_prefixes(self, candidates):
-        waiting, kv = self.waiting, self.kv
-        for req in candidates:
-            if req in waiting and not kv.holds(req):
-                n = kv.match_prefix(req)
-                if n:
-                    req.num_computed_tokens = n
-                    req.num_cached_tokens = n
-                    self._matched.append(req)
-            yield req
+    def offer_prefix(self, req: Request) -> None:
+        """With prefix caching, give a waiting request its cached prefix before the packer sizes
+        its chunk (its `num_computed_tokens` then starts after the prefix). Packers call it only
+        for a request they are about to size, not for every candidate they pass over: a match
+        hashes every cached page of the prompt. `schedule` takes the pages back from any that
+        stays waiting."""
+        if self.kv.prefix is None or req not in self.waiting or self.kv.holds(req):
+            return
+        req.num_computed_tokens = self.kv.match_prefix(req)
+        self._matched.append(req)
+
+    def _settle_offers(self) -> None:
+        """After packing: an offered request that was admitted records its hit (on the request and
+        in the cache's counters, once per admission); one that stays waiting gives its pages back
+        (waiting requests hold none) and keeps the estimate it was ranked by."""
+        kv = self.kv
+        for req in self._matched:
+            if req in self.waiting:
+                kv.free(req)
+                req.num_computed_tokens = 0
+            elif req in self.running:
+                req.num_cached_tokens = req.num_computed_tokens
+                kv.prefix.record(req.prompt_len + len(req.output_token_ids), req.num_computed_tokens)
+        self._matched.clear()
 
     def add_seq(self, batch: ScheduledBatch, req: Request, n: int, now: float) -> ScheduledSeq:
         """Put `n` tokens of `req` into the batch (pages must already be reserved)."""

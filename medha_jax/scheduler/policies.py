@@ -17,7 +17,13 @@
 
 D is the request's `ttft_deadline` or max(deadline_k * T_prefill(prompt), deadline_min), fixed
 when the request arrives; T_prefill and T_remaining come from the prefill-time cache (the total
-work w_total of a request is T_prefill(prompt_len)). The paper writes LARS as s / w_total; this
+work w_total of a request is T_prefill(prompt_len)).
+
+Cached prefixes: a request's `num_cached_tokens` (with prefix caching, what the cache held for it
+when it arrived, then what it got when last admitted; `Scheduler.add_request`) count as done
+while it waits: its remaining work is T(tokens) - T(cached), its derived D is max(deadline_k x
+that, deadline_min), and srpt ranks it by its uncached tokens. The estimate is read when the
+request joins the waiting queue, so a waiting request's key stays fixed (the index's contract). The paper writes LARS as s / w_total; this
 follows the authors' released code and DESIGN.md and divides by D, which equals 1.5 * w_total
 for every request whose deadline is derived from its length and above the floor. Every deadline
 policy also reports `relative_slack` (the LARS value), which the packer uses for space sharing.
@@ -154,10 +160,10 @@ class SRPTPolicy(Policy):
 
     def key(self, request: Request, now: float) -> float:
         # the static form's arithmetic, so the index and key() agree to the last bit
-        return (request.num_remaining_tokens + self.aging * request.arrival_time) - self.aging * now
+        return (_uncached(request) + self.aging * request.arrival_time) - self.aging * now
 
     def group_and_key(self, request: Request) -> tuple[Hashable, float]:
-        return 0, request.num_remaining_tokens + self.aging * request.arrival_time
+        return 0, _uncached(request) + self.aging * request.arrival_time
 
     def static_key_now(self, group: Hashable, static_key: float, now: float) -> float:
         return static_key - self.aging * now
@@ -167,6 +173,12 @@ class SRPTPolicy(Policy):
         return [k - a for k in static_keys]
 
 
+def _uncached(request: Request) -> int:
+    """Tokens still to compute: those after the computed ones, or, while nothing is computed
+    (waiting), those after the cached prefix."""
+    return request.num_tokens - (request.num_computed_tokens or request.num_cached_tokens)
+
+
 class DeadlinePolicy(Policy):
     """Shared bookkeeping for edf / lrs / lars: per-request D and prefill-time estimates."""
 
@@ -174,19 +186,29 @@ class DeadlinePolicy(Policy):
         self.cache = prefill_cache
         self.deadline_k = deadline_k
         self.deadline_min = deadline_min
-        # request -> [D, num_tokens the estimate is for, T_prefill(num_tokens), anchor = arrival + D - T]
+        # request -> [D, num_tokens the estimate is for, T_prefill(num_tokens),
+        #             anchor = arrival + D - (T_prefill(num_tokens) - T_cached), T_cached = T_prefill(cached tokens)]
         self._info: dict[Request, list] = {}
         super().__init__()
 
     def on_add(self, request: Request) -> None:
+        cached = self.cache.total_time(request.num_cached_tokens)
         if request.ttft_deadline is not None:
             d = request.ttft_deadline
         else:
-            d = max(self.deadline_k * self.cache.total_time(request.prompt_len), self.deadline_min)
+            d = max(self.deadline_k * (self.cache.total_time(request.prompt_len) - cached), self.deadline_min)
         if not d > 0:
             d = 1e-9  # a zero-work request with a zero floor: due at once
         t = self.cache.total_time(request.num_tokens)
-        self._info[request] = [d, request.num_tokens, t, request.arrival_time + d - t]
+        self._info[request] = [d, request.num_tokens, t, request.arrival_time + d - t + cached, cached]
+
+    def on_waiting(self, request: Request) -> None:
+        info = self._info.get(request)
+        if info is not None:  # back in the queue (preempted): the cache may hold more of it now
+            cached = self.cache.total_time(request.num_cached_tokens)
+            info[3] += cached - info[4]
+            info[4] = cached
+        super().on_waiting(request)
 
     def on_remove(self, request: Request) -> None:
         super().on_remove(request)
@@ -197,7 +219,7 @@ class DeadlinePolicy(Policy):
         n = len(request.prompt_token_ids) + len(request.output_token_ids)
         if info[1] != n:  # output tokens were added (recompute after preemption)
             t = self.cache.total_time(n)
-            info[1], info[2], info[3] = n, t, request.arrival_time + info[0] - t
+            info[1], info[2], info[3] = n, t, request.arrival_time + info[0] - t + info[4]
         return info
 
     def deadline(self, request: Request) -> float:
@@ -205,14 +227,14 @@ class DeadlinePolicy(Policy):
         return self._info[request][0]
 
     def work(self, request: Request) -> float:
-        """w_total: predicted seconds to prefill the prompt alone."""
-        return self.cache.total_time(request.prompt_len)
+        """w_total: predicted seconds to prefill the prompt alone, less its cached prefix."""
+        return self.cache.total_time(request.prompt_len) - self._info[request][4]
 
     def remaining(self, request: Request) -> float:
         info = self._fresh(request)
         done = request.num_computed_tokens
         if done == 0:
-            return info[2]
+            return info[2] - info[4]
         return max(info[2] - self.cache.total_time(done), 0.0)
 
     def slack(self, request: Request, now: float) -> float:
@@ -221,7 +243,7 @@ class DeadlinePolicy(Policy):
         done = request.num_computed_tokens
         if done == 0:
             return info[3] - now
-        return info[3] - now + min(self.cache.total_time(done), info[2])
+        return info[3] - now + min(self.cache.total_time(done), info[2]) - info[4]
 
     def relative_slack(self, request: Request, now: float) -> float:
         return self.slack(request, now) / self._info[request][0]
@@ -387,13 +409,14 @@ class SLOPolicy(DeadlinePolicy):
         grown = dict.fromkeys(self.set_aside, 1.0 + self.REJOIN)  # set aside last time: must fit with REJOIN more
         jobs, hopeless = [], []
         fastest = self.inflate  # no prefill share is above 1, no margin below 0
-        for r in self._live:  # no output: its token count and so its estimate i[2] are those of on_add
+        for r in self._live:  # no output: its token count and so its estimate i[2] - i[4] are those of on_add
             i = info[r]
             d = r.arrival_time + i[0]
-            if d < now + fastest * i[2]:
+            left = i[2] - i[4]
+            if d < now + fastest * left:
                 hopeless.append(r)
             else:
-                jobs.append((d, i[2] * grown.get(r, 1.0), r, r.priority_class))
+                jobs.append((d, left * grown.get(r, 1.0), r, r.priority_class))
         if hopeless:
             self._give_up(hopeless)
         for r in list(self._prefilling):  # running prefills, in flight or not: they use the device too

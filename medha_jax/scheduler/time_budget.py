@@ -3,6 +3,7 @@
   decodes already in the batch --BatchCost (kvp > 1: per group, the slowest counts)--> t_pred
   for each prefill candidate, best priority first (at most max_prefill_candidates looked at):
       stop when t_pred reaches t_target (first prefill) or multi_prefill_fraction * t_target (others)
+      waiting: offered its cached prefix (prefix caching), so the chunk starts after it
       long (>= long_threshold tokens processed): skip if the batch already holds a long prefill
           on one of its kvp groups; else space sharing: budget t_target * (1 - clamp(rho, 0, rho_max))
           with rho its relative slack
@@ -65,8 +66,10 @@ class TimeBudgetPacker:
                     or len(batch.seqs) >= cfg.max_num_seqs):
                 break
             is_waiting = req in waiting
-            if is_waiting and not admit_waiting:
-                continue
+            if is_waiting:
+                if not admit_waiting:
+                    continue
+                sched.offer_prefix(req)
             processed = req.num_computed_tokens
             groups = None
             budget = t_target

@@ -37,6 +37,7 @@ class TokenBudgetPacker:
         for req in sched.prefill_candidates(now):
             if len(batch.seqs) >= cfg.max_num_seqs:
                 break
+            sched.offer_prefix(req)  # a waiting request's cached prefix is not recomputed
             remaining = req.num_remaining_tokens
             if self.chunked:
                 n = min(remaining, budget - used)

@@ -1,8 +1,10 @@
 """The discrete-event loop: a real `Scheduler` on a simulated clock, a simulated device in place of
 the executor. It does what the engine loop does, with time taken from the device model.
 
-  RequestSpecs --(arrival reached)--> Request (prompt = range(n): lengths only, no token ids)
-      --> scheduler.add_request
+  RequestSpecs --(arrival reached)--> Request (prompt token ids from the spec's segments, or ids
+      of its own; sim/tokens.py) --> scheduler.add_request
+      a follow-up turn (spec.follows = j) arrives spec.arrival seconds after request j's last
+      token (closed loop); if j has not finished at the horizon, it never arrives
   loop at `now` (the time stage 0 of the device is free):
       apply pipeline exits due by now: scheduler.update_from_output(batch, 0, exit) appends a
       token to each sampled sequence and finishes the requests that stop (the engine's rules;
@@ -14,7 +16,9 @@ the executor. It does what the engine loop does, with time taken from the device
       exit event queued at `exit` with the batch, if any sequence of it samples
       now = end of stage 0 (or, with nothing to run, the next arrival / exit)
   stop at `horizon` (no batch starts after it) or when everything has finished
-  -> SimResult; per-request decode timing (TokenStats) is read off each request's token_times
+  -> SimResult; per-request decode timing (TokenStats) is read off each request's token_times;
+     prefix-cache hits from the KV manager's counters (the device is only charged for the
+     tokens the scheduler schedules, so a cached prefix costs nothing but its attention reads)
 
 Stream pipeline parallelism (depth = spp > 1): the scheduler is told a batch is done when it leaves
 stage 0, so chunk i+1 of a prefill can enter the pipeline one tick after chunk i (it needs chunk i's
@@ -34,6 +38,7 @@ from medha_jax.batch import ScheduledBatch
 from medha_jax.request import Request
 from medha_jax.sampling_params import SamplingParams
 from medha_jax.scheduler.base import Scheduler
+from medha_jax.sim.tokens import OWN_SEGMENTS, SegmentTokens
 from medha_jax.sim.workload import RequestSpec
 
 
@@ -58,11 +63,21 @@ class SimResult:
     token_stats: dict[str, TokenStats] = field(default_factory=dict)
     num_preemptions: int = 0
     batch_tokens: int = 0
+    """Tokens the device computed (prefill chunks + decodes)."""
+    prefix_hit_tokens: int = 0
+    """Prompt tokens admitted requests took from the prefix cache (0 without prefix caching)."""
+    prefix_queried_tokens: int = 0
+    """Prompt tokens admitted requests looked up in the prefix cache."""
+    prefix_evicted_tokens: int = 0
+    """Cached tokens evicted to make room (the pool is finite: the device's KV memory)."""
+    not_arrived: int = 0
+    """Follow-up turns that never arrived: an earlier turn had not finished by the horizon."""
 
 
-def make_request(i: int, spec: RequestSpec) -> Request:
-    return Request(request_id=f"r{i}", prompt_token_ids=range(spec.prompt_tokens),
-                   sampling_params=SamplingParams(max_tokens=spec.output_tokens), arrival_time=spec.arrival,
+def make_request(i: int, spec: RequestSpec, arrival: float) -> Request:
+    segments = spec.segments or ((OWN_SEGMENTS + i, spec.prompt_tokens),)
+    return Request(request_id=f"r{i}", prompt_token_ids=SegmentTokens(segments),
+                   sampling_params=SamplingParams(max_tokens=spec.output_tokens), arrival_time=arrival,
                    ttft_deadline=spec.ttft_deadline)
 
 
@@ -70,34 +85,58 @@ def simulate(scheduler: Scheduler, specs: list[RequestSpec], device, *, horizon:
              max_iterations: int = 50_000_000, observer=None) -> SimResult:
     """Replay `specs` through `scheduler` on `device` until `horizon` (None: until all finish).
 
-    `observer(start, stage0_end, exit, batch)`, when given, sees every batch as it is issued."""
+    `observer(start, stage0_end, exit, batch)`, when given, sees every batch as it is issued.
+    Request "r{i}" is the result's specs[i]: `specs` sorted by arrival, or, when some follow
+    others (their `follows` indices refer to the order given), `specs` as given. Follow-ups that
+    never arrived are left out (`not_arrived`); requests arriving after the horizon are kept (no
+    first token)."""
     t_wall = time.perf_counter()
-    specs = sorted(specs, key=lambda s: s.arrival)
-    reqs = [make_request(i, s) for i, s in enumerate(specs)]
+    if all(s.follows is None for s in specs):
+        specs = sorted(specs, key=lambda s: s.arrival)  # then "r{i}" is the i-th to arrive
+    arrivals = [(s.arrival, i) for i, s in enumerate(specs) if s.follows is None]  # heap of (time, index)
+    heapq.heapify(arrivals)
+    followers: dict[int, list[int]] = {}
+    for i, s in enumerate(specs):
+        if s.follows is not None:
+            followers.setdefault(s.follows, []).append(i)
+    released: dict[int, Request] = {}
+    index_of: dict[str, int] = {}
     depth = device.depth
     free = [0.0] * depth  # when each stage finishes its current batch
     exits: list[tuple[float, int, ScheduledBatch]] = []  # heap of (exit time, seq no, batch that samples)
     end = float("inf") if horizon is None else horizon
-    now = specs[0].arrival if specs else 0.0
-    i = n_iter = seq_no = tokens = 0
+    now = arrivals[0][0] if arrivals else 0.0
+    n_iter = seq_no = tokens = 0
     busy = 0.0
     run = device.run
     add = scheduler.add_request
     update = scheduler.update_from_output
+
+    def arrive():
+        while arrivals and arrivals[0][0] <= now:
+            t, j = heapq.heappop(arrivals)
+            req = released[j] = make_request(j, specs[j], t)
+            index_of[req.request_id] = j
+            add(req)
+
     while True:
-        while i < len(reqs) and reqs[i].arrival_time <= now:
-            add(reqs[i])
-            i += 1
+        arrive()
+        followed = False
         while exits and exits[0][0] <= now:
             t_exit, _, done = heapq.heappop(exits)
-            update(done, 0, t_exit)
+            for req in update(done, 0, t_exit):
+                for j in followers.get(index_of[req.request_id], ()):
+                    heapq.heappush(arrivals, (t_exit + specs[j].arrival, j))
+                    followed = True
+        if followed:
+            arrive()
         if now >= end:
             break
-        if not scheduler.has_unfinished and i == len(reqs) and not exits:
+        if not scheduler.has_unfinished and not arrivals and not exits:
             break
         batch = scheduler.schedule(now)
         if batch.is_empty:
-            nxt = min(reqs[i].arrival_time if i < len(reqs) else end, exits[0][0] if exits else end)
+            nxt = min(arrivals[0][0] if arrivals else end, exits[0][0] if exits else end)
             if nxt == float("inf"):
                 raise RuntimeError(f"simulation stalled at t={now:.3f}: {scheduler.num_waiting} waiting, "
                                    f"{scheduler.num_running} running, nothing schedulable and nothing arriving")
@@ -123,8 +162,15 @@ def simulate(scheduler: Scheduler, specs: list[RequestSpec], device, *, horizon:
         if n_iter >= max_iterations:
             raise RuntimeError(f"simulation did not finish within {max_iterations} iterations (t={now:.1f})")
         now = stage0
+    for _, j in arrivals:  # arriving after the horizon: counted (no first token), as in a trace
+        if specs[j].follows is None:
+            released[j] = make_request(j, specs[j], specs[j].arrival)
+    reqs = [released[j] for j in sorted(released)]
+    prefix = scheduler.kv.prefix
     return SimResult(reqs, specs, end if horizon is not None else now, now, n_iter, busy,
-                     time.perf_counter() - t_wall, token_stats(reqs), scheduler.num_preemptions, tokens)
+                     time.perf_counter() - t_wall, token_stats(reqs), scheduler.num_preemptions, tokens,
+                     prefix.hit_tokens if prefix is not None else 0, prefix.queried_tokens if prefix is not None else 0,
+                     prefix.evicted_pages * prefix.page_size if prefix is not None else 0, len(specs) - len(reqs))
 
 
 def token_stats(reqs: list[Request]) -> dict[str, TokenStats]:

@@ -1,10 +1,12 @@
 """One experiment: a workload, a device profile, a policy -> outcomes and a summary.
 
   specs + Profile --assign_deadlines--> specs with TTFT deadlines (the trace's, or
-        D = max(deadline_k * w(prompt), deadline_min), w = the prompt's prefill time alone on the
-        deployment's device; the same D for every policy, and the scheduler is given it)
-  policy name --SimPolicy.build(KV manager, predictor, config overrides)--> Scheduler
-  Scheduler + device --simulate--> SimResult --metrics--> outcomes, summary
+        D = max(deadline_k * (w(prompt) - w(reused prefix)), deadline_min), w = prefill time alone
+        on the deployment's device, the reused prefix what an earlier turn of the conversation
+        sent (0 for other requests); the same D for every policy, and the scheduler is given it)
+  policy name --SimPolicy.build(KV manager [+ prefix cache], predictor, config overrides)--> Scheduler
+  Scheduler + device --simulate--> SimResult --metrics--> outcomes, summary (+ "device": tokens
+        computed, busy seconds, prefix-cache hit tokens)
 
 The scheduler's runtime predictor is a RuntimePredictor fitted to the simulated device (or the
 measured profile itself). `Experiment` caches what policies share (that predictor, the reference
@@ -18,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from medha_jax.sim.driver import SimResult, simulate
-from medha_jax.sim.metrics import offered_load, request_outcomes, summarize
+from medha_jax.sim.metrics import device_summary, offered_load, request_outcomes, summarize
 from medha_jax.sim.policies import get_policy
 from medha_jax.sim.predictors import fit_predictor
 from medha_jax.sim.profiles import Profile
@@ -35,8 +37,10 @@ class PolicyRun:
 
 class Experiment:
     def __init__(self, profile: Profile, *, t_target: float = 0.05, deadline_k: float = 1.5,
-                 deadline_min: float = 0.5, seed: int = 0, config: dict | None = None):
+                 deadline_min: float = 0.5, seed: int = 0, config: dict | None = None,
+                 prefix_caching: bool = False):
         self.profile = profile
+        self.prefix_caching = prefix_caching
         self.t_target = t_target
         self.deadline_k, self.deadline_min = deadline_k, deadline_min
         # prefill-time caches stay in memory: a simulation leaves nothing behind on disk
@@ -54,16 +58,22 @@ class Experiment:
 
     def assign_deadlines(self, specs: list[RequestSpec]) -> list[RequestSpec]:
         return [s if s.ttft_deadline is not None else
-                replace(s, ttft_deadline=max(self.deadline_k * self.work(s.prompt_tokens), self.deadline_min))
+                replace(s, ttft_deadline=max(self.deadline_k * (self.work(s.prompt_tokens) - self.work(s.reused_prefix)),
+                                             self.deadline_min))
                 for s in specs]
 
     def offered_load(self, specs: list[RequestSpec], horizon: float) -> dict:
         return offered_load(specs, self.work, horizon)
 
-    def run(self, policy: str, specs: list[RequestSpec], *, horizon: float | None = None, observer=None) -> PolicyRun:
+    def run(self, policy: str, specs: list[RequestSpec], *, horizon: float | None = None, observer=None,
+            prefix_caching: bool | None = None) -> PolicyRun:
+        """One policy over `specs`; prefix_caching None: the experiment's setting."""
         pol = get_policy(policy)
         specs = self.assign_deadlines(specs)
-        sched = pol.build(self.profile.kv_manager(), self.predictor, **self.config)
+        caching = self.prefix_caching if prefix_caching is None else prefix_caching
+        sched = pol.build(self.profile.kv_manager(prefix_caching=caching), self.predictor, **self.config)
         result = simulate(sched, specs, self.profile.device_for(pol.device_kind), horizon=horizon, observer=observer)
         outcomes = request_outcomes(result, self.work)
-        return PolicyRun(policy, result, outcomes, summarize(outcomes, result.horizon))
+        summary = summarize(outcomes, result.horizon)
+        summary["device"] = device_summary(result, caching)
+        return PolicyRun(policy, result, outcomes, summary)

@@ -2,8 +2,11 @@
 
   SimResult (requests with timings) + reference prefill time w(n) of the device
   --request_outcomes--> one Outcome per request (TTFT, TPOT, deadline met / missed / undecided)
-  --summarize--> per class ("short", "long", "all"): TTFT P50/P90/P99, normalised TTFT
-                 (TTFT / w), TPOT P50/P99, deadline-miss rate, completions, throughput
+  --summarize--> per class ("short", "long", "all", and "follow_up" when the workload has
+                 conversations: their later turns, which leave "short" and "long"): TTFT
+                 P50/P90/P99, normalised TTFT (TTFT / w), TPOT P50/P99, deadline-miss rate,
+                 completions, throughput
+  SimResult --device_summary--> tokens computed, busy seconds, prefix-cache hits
 
 Deadline bookkeeping at the horizon: a request that got its first token is judged by its TTFT; one
 without a first token has missed if its deadline has already passed at the horizon, and is left
@@ -41,12 +44,17 @@ class Outcome:
     finished: bool
     missed: bool | None
     """True/False when decided at the horizon, None when undecided (or no deadline)."""
+    follow_up: bool = False
+    """A later turn of a conversation (its spec follows an earlier request)."""
+    cached: int = 0
+    """Prompt tokens it took from the prefix cache when last admitted."""
 
 
 def request_outcomes(result: SimResult, work_of, long_prompt: int = LONG_PROMPT) -> list[Outcome]:
     out = []
     h = result.horizon
     for req in result.requests:
+        spec = result.specs[int(req.request_id[1:])]
         ttft = None if req.first_token_time is None else req.first_token_time - req.arrival_time
         n = req.num_output_tokens
         st = result.token_stats.get(req.request_id)
@@ -60,7 +68,8 @@ def request_outcomes(result: SimResult, work_of, long_prompt: int = LONG_PROMPT)
             missed = True if h - req.arrival_time > d else None
         out.append(Outcome(req.request_id, req.arrival_time, req.prompt_len, req.sampling_params.max_tokens,
                            req.prompt_len >= long_prompt, d, work_of(req.prompt_len), ttft, tpot,
-                           st.max_gap if st is not None and n > 1 else None, req.is_finished, missed))
+                           st.max_gap if st is not None and n > 1 else None, req.is_finished, missed,
+                           spec.follows is not None, req.num_cached_tokens if req.first_scheduled_time is not None else 0))
     return out
 
 
@@ -71,9 +80,12 @@ def _pct(values, qs):
 
 
 def summarize(outcomes: list[Outcome], horizon: float) -> dict:
-    """{class: {metric: value}} for classes short, long, all."""
-    groups = {"short": [o for o in outcomes if not o.is_long], "long": [o for o in outcomes if o.is_long],
+    """{class: {metric: value}} for classes short, long, all (and follow_up, see the module docstring)."""
+    firsts = [o for o in outcomes if not o.follow_up]
+    groups = {"short": [o for o in firsts if not o.is_long], "long": [o for o in firsts if o.is_long],
               "all": outcomes}
+    if len(firsts) < len(outcomes):
+        groups["follow_up"] = [o for o in outcomes if o.follow_up]
     out = {}
     for name, g in groups.items():
         ttft = [o.ttft for o in g if o.ttft is not None]
@@ -94,8 +106,19 @@ def summarize(outcomes: list[Outcome], horizon: float) -> dict:
             "deadline_miss_rate": (sum(o.missed for o in decided) / len(decided)) if decided else math.nan,
             "throughput_rps": len(finished) / horizon if horizon > 0 else math.nan,
             "output_tokens_per_s": sum(o.output for o in finished) / horizon if horizon > 0 else math.nan,
+            "prompt_tokens": sum(o.prompt for o in g),
+            "cached_tokens": sum(o.cached for o in g),
         }
     return out
+
+
+def device_summary(result: SimResult, prefix_caching: bool) -> dict:
+    """What the device did: tokens computed (prefill chunks + decodes), seconds busy, and the
+    prompt tokens admitted requests took from the prefix cache instead."""
+    return {"prefix_caching": prefix_caching, "computed_tokens": result.batch_tokens, "busy_s": result.busy_time,
+            "prefix_hit_tokens": result.prefix_hit_tokens, "prefix_queried_tokens": result.prefix_queried_tokens,
+            "prefix_evicted_tokens": result.prefix_evicted_tokens,
+            "iterations": result.iterations, "not_arrived": result.not_arrived}
 
 
 def offered_load(specs, work_of, horizon: float) -> dict:

@@ -47,12 +47,12 @@ class Profile:
     perf: AnalyticPerfModel | None = None
     info: dict = field(default_factory=dict)
 
-    def kv_manager(self, page_size: int = PAGE_SIZE) -> KVCacheManager:
+    def kv_manager(self, page_size: int = PAGE_SIZE, prefix_caching: bool = False) -> KVCacheManager:
         pages = self.kv_tokens_per_group // page_size
         m = self.max_tokens_per_kvp_group
         if m is not None:
             m = min(m - m % page_size, pages * page_size)
-        return KVCacheManager(pages, page_size, kvp=self.kvp, max_tokens_per_kvp_group=m)
+        return KVCacheManager(pages, page_size, kvp=self.kvp, max_tokens_per_kvp_group=m, prefix_caching=prefix_caching)
 
     def device_for(self, kind: str):
         if kind == "elastic_sp" and self.elastic is not None:

@@ -2,6 +2,9 @@
 
   {policy: PolicyRun} --markdown_table--> one row per policy: TTFT P50/P90/P99 short and long,
                                           TPOT P50/P99, deadline misses, completions, throughput
+                      --reuse_table--> one row per policy: conversations' later turns (TTFT,
+                                          misses), prompt tokens taken from the prefix cache,
+                                          tokens the device computed, seconds it was busy
                       --plot_ttft_cdfs--> TTFT CDF per policy, short and long panels (Medha Fig. 9)
                       --plot_ttft_over_time--> TTFT against arrival time (Medha Fig. 1b)
                       --to_json--> the summaries as plain data
@@ -45,6 +48,28 @@ def markdown_row(name: str, s: dict) -> str:
 
 def markdown_table(summaries: dict[str, dict]) -> str:
     return "\n".join([HEADER] + [markdown_row(n, s) for n, s in summaries.items()])
+
+
+REUSE_HEADER = ("| policy | prefix cache | follow-up TTFT P50 / P90 / P99 (s) | follow-up deadline miss "
+                "| follow-ups with first token | prompt tokens from the cache | cached tokens evicted (M) | tokens computed (M) "
+                "| device busy (s) |\n|---|---|---|---|---|---|---|---|---|")
+
+
+def reuse_row(name: str, s: dict) -> str:
+    """Prefix reuse of one run: needs the summary's "device" entry (Experiment.run)."""
+    fu, al, dev = s.get("follow_up"), s["all"], s["device"]
+    ttft = "-" if fu is None else f"{_f(fu['ttft_p50'])} / {_f(fu['ttft_p90'])} / {_f(fu['ttft_p99'])}"
+    miss = "-" if fu is None else _pct(fu["deadline_miss_rate"])
+    firsts = "-" if fu is None else f"{fu['first_token']}/{fu['requests']}"
+    share = al["cached_tokens"] / al["prompt_tokens"] if al["prompt_tokens"] else math.nan
+    return (f"| {name} | {'on' if dev['prefix_caching'] else 'off'} | {ttft} | {miss} | {firsts} "
+            f"| {_pct(share)} ({dev['prefix_hit_tokens'] / 1e6:.1f}M) | {dev['prefix_evicted_tokens'] / 1e6:.1f} "
+            f"| {dev['computed_tokens'] / 1e6:.1f} "
+            f"| {_f(dev['busy_s'], 0)} |")
+
+
+def reuse_table(summaries: dict[str, dict]) -> str:
+    return "\n".join([REUSE_HEADER] + [reuse_row(n, s) for n, s in summaries.items()])
 
 
 def to_json(path: str, data) -> None:

@@ -5,9 +5,17 @@
       short requests: ShareGPT4-like lognormal prompt/output lengths (prompts capped at 8K)
       long requests:  prompts uniform in [long_min, long_max], MEDHA-SWE-like output lengths
       arrivals:       Poisson, or gamma with a given coefficient of variation
-  specs --write_trace--> CSV (so a generated workload can be replayed or committed)
+      conversations (conversation_rate > 0), after the requests above: multi-turn chats over a
+                      long document (uniform in [doc_min, doc_max], drawn from a pool of
+                      `documents`, so users also share documents); turn k's prompt is the
+                      document + every earlier question and answer + question k (ShareGPT4-like
+                      lengths), `segments` naming the shared token runs; turn k > 0 `follows`
+                      turn k-1 and arrives an exponential think time after its last token
+  specs --write_trace--> CSV (so a generated workload can be replayed or committed; plain
+                         requests only: a trace holds no token contents or conversations)
 
-Deterministic for a seed (numpy's PCG64). Pure Python + numpy, no JAX.
+Deterministic for a seed (numpy's PCG64); conversations draw from their own stream, so adding
+them leaves the other requests of a seed unchanged. Pure Python + numpy, no JAX.
 """
 
 from __future__ import annotations
@@ -17,6 +25,8 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+
+from medha_jax.sim.tokens import CONVERSATION_SEGMENTS
 
 TRACE_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens")
 OPTIONAL_COLUMNS = ("ttft_deadline_s",)
@@ -35,6 +45,16 @@ class RequestSpec:
     output_tokens: int
     ttft_deadline: float | None = None
     """Seconds after arrival by which the first token is due (None: derived by the simulator)."""
+    segments: tuple[tuple[int, int], ...] | None = None
+    """The prompt's token ids as runs of (segment, length) (sim/tokens.py): prompts starting with
+    the same segments share a prefix the prefix cache can reuse. None: token ids of its own."""
+    follows: int | None = None
+    """A conversation's next turn: the index, in the workload's list, of the request whose last
+    token it waits for; it arrives `arrival` seconds after that token (the user's think time).
+    None: `arrival` is the absolute arrival time."""
+    reused_prefix: int = 0
+    """Leading prompt tokens an earlier turn of the conversation already sent (document and
+    history): the derived TTFT deadline counts only the work after them."""
 
     def __post_init__(self) -> None:
         if not (self.arrival >= 0 and math.isfinite(self.arrival)):
@@ -43,6 +63,12 @@ class RequestSpec:
             raise ValueError(f"prompt_tokens and output_tokens must be >= 1, got {self.prompt_tokens}, {self.output_tokens}")
         if self.ttft_deadline is not None and not self.ttft_deadline > 0:
             raise ValueError(f"ttft_deadline must be > 0 seconds, got {self.ttft_deadline!r}")
+        if self.segments is not None and sum(n for _, n in self.segments) != self.prompt_tokens:
+            raise ValueError(f"segments hold {sum(n for _, n in self.segments)} tokens, prompt_tokens is {self.prompt_tokens}")
+        if self.follows is not None and self.follows < 0:
+            raise ValueError(f"follows must be a request index >= 0, got {self.follows}")
+        if not 0 <= self.reused_prefix < self.prompt_tokens:
+            raise ValueError(f"reused_prefix must be in [0, prompt_tokens), got {self.reused_prefix}")
 
 
 # ---- trace files ------------------------------------------------------------------------------
@@ -77,6 +103,9 @@ def _int(text: str) -> int:
 
 
 def write_trace(path: str, specs: list[RequestSpec]) -> None:
+    if any(s.segments is not None or s.follows is not None for s in specs):
+        raise ValueError("a trace file holds plain requests only (no token contents or conversations); "
+                         "generate conversations from their WorkloadSpec instead")
     with_deadline = any(s.ttft_deadline is not None for s in specs)
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
@@ -186,12 +215,29 @@ class WorkloadSpec:
     arrival: str = "poisson"
     cv: float = 1.0
     seed: int = 0
+    conversation_rate: float = 0.0
+    """Multi-turn long-document conversations started per second (Poisson; 0: none)."""
+    doc_min: int = 65536
+    doc_max: int = 524288
+    """Document lengths (tokens), uniform in [doc_min, doc_max]."""
+    documents: int = 0
+    """Distinct documents the conversations draw from, uniformly (0: each conversation its own)."""
+    turns: float = 4.0
+    """Mean turns per conversation (geometric, at least 1)."""
+    think: float = 60.0
+    """Mean seconds from an answer's last token to the next question (exponential)."""
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.long_fraction <= 1.0:
             raise ValueError(f"long_fraction must be in [0, 1], got {self.long_fraction}")
         if not 1 <= self.long_min <= self.long_max:
             raise ValueError(f"need 1 <= long_min <= long_max, got {self.long_min}, {self.long_max}")
+        if not self.conversation_rate >= 0:
+            raise ValueError(f"conversation_rate must be >= 0, got {self.conversation_rate}")
+        if not 1 <= self.doc_min <= self.doc_max:
+            raise ValueError(f"need 1 <= doc_min <= doc_max, got {self.doc_min}, {self.doc_max}")
+        if self.documents < 0 or not self.turns >= 1 or not self.think >= 0:
+            raise ValueError(f"need documents >= 0, turns >= 1, think >= 0; got {self.documents}, {self.turns}, {self.think}")
 
 
 def generate(w: WorkloadSpec) -> list[RequestSpec]:
@@ -204,4 +250,39 @@ def generate(w: WorkloadSpec) -> list[RequestSpec]:
     lp, lo = sample_long(rng, n, w.long_min, w.long_max)
     prompts = np.where(is_long, lp, sp)
     outputs = np.where(is_long, lo, so)
-    return [RequestSpec(float(a), int(p), int(o)) for a, p, o in zip(t, prompts, outputs)]
+    specs = [RequestSpec(float(a), int(p), int(o)) for a, p, o in zip(t, prompts, outputs)]
+    if w.conversation_rate > 0:
+        specs += conversations(w, first_index=len(specs))
+    return specs
+
+
+def conversations(w: WorkloadSpec, first_index: int = 0) -> list[RequestSpec]:
+    """The turns of w's conversations, each conversation's turns in order; `follows` indices
+    count from `first_index` (where the list will start in the workload)."""
+    rng = np.random.default_rng([w.seed, 1])  # a stream of its own (see the module docstring)
+    starts = arrival_times(rng, w.conversation_rate, w.duration)
+    n = len(starts)
+    n_docs = w.documents or n
+    doc_len = rng.integers(w.doc_min, w.doc_max + 1, n_docs, dtype=np.int64)
+    doc_of = rng.integers(0, n_docs, n) if w.documents else np.arange(n)
+    turns = rng.geometric(1.0 / w.turns, n)
+    questions, answers = sample_short(rng, int(turns.sum()))
+    think = rng.exponential(w.think, int(turns.sum())) if w.think > 0 else np.zeros(int(turns.sum()))
+    out: list[RequestSpec] = []
+    private = CONVERSATION_SEGMENTS
+    j = 0
+    for c in range(n):
+        doc = int(doc_of[c])
+        segments = [(doc, int(doc_len[doc]))]
+        sent = 0
+        for k in range(int(turns[c])):
+            segments.append((private, int(questions[j])))
+            prompt = sum(length for _, length in segments)
+            out.append(RequestSpec(float(starts[c]) if k == 0 else float(think[j]), prompt, int(answers[j]),
+                                   segments=tuple(segments), follows=None if k == 0 else first_index + len(out) - 1,
+                                   reused_prefix=sent))
+            segments.append((private + 1, int(answers[j])))  # the answer joins the history
+            private += 2
+            sent = prompt
+            j += 1
+    return out
