@@ -1,7 +1,11 @@
 """fp8 KV pages: what every attention backend needs to read a quantised cache.
 
-Layout: values float8_e4m3fn [N, page, KVH, Dh] and one float32 scale per page and kv head,
-scales f32[N, KVH], so that key j of page p, head h is `values[p, j, h, :] * scales[p, h]`.
+Layout: values [N, page, KVH, Dh] stored as uint8 holding float8_e4m3fn bit patterns, and one
+float32 scale per page and kv head, scales f32[N, KVH], so that key j of page p, head h is
+`to_float(values[p, j, h, :]) * scales[p, h]`. The cache holds bits, not float8 arrays, because
+XLA's CPU backend has no float8 scatter or gather: it converts a whole float8 cache to f16 and
+back around each one (a decode step on an fp8 cache ran 10x slower than on bf16); a uint8 array
+is moved as bytes, and only gathered blocks are bitcast to float8 (free) and converted.
 Scales are powers of two: the smallest 2^e >= amax / 448 of what the page holds
 (`power_of_two_scale`). Dividing by one only shifts exponents, so quantising rounds nothing but
 the mantissa (3 bits, the same relative precision any scale would give a normal number), and the
@@ -17,8 +21,10 @@ The backends never materialise a dequantised page: a key's scale multiplies its 
 from __future__ import annotations
 
 import jax.numpy as jnp
+from jax import lax
 
-FP8 = jnp.float8_e4m3fn
+FP8 = jnp.float8_e4m3fn  # what kv_cache_dtype="fp8_e4m3" selects
+STORAGE = jnp.uint8  # what the cache's arrays hold: FP8's bit patterns
 FP8_MAX = 448.0  # largest finite float8_e4m3fn
 MIN_SCALE = 1e-30  # an all-zero head still divides to 0, never 0/0
 
@@ -29,18 +35,27 @@ def power_of_two_scale(amax):
 
 
 def is_quantized(pages) -> bool:
-    return pages.dtype == FP8
+    return pages.dtype == STORAGE
+
+
+def encode(y):
+    """f32 values already divided by their scale -> their float8_e4m3fn bits (uint8), saturating at +-448."""
+    return lax.bitcast_convert_type(jnp.clip(y, -FP8_MAX, FP8_MAX).astype(FP8), STORAGE)
+
+
+def to_float(bits, dtype=jnp.float32):
+    """uint8 float8_e4m3fn bits -> their values in dtype (unscaled)."""
+    return lax.bitcast_convert_type(bits, FP8).astype(dtype)
 
 
 def quantize(x, scale):
-    """x f32[..., Dh] / scale f32[...] -> float8_e4m3fn[..., Dh], saturating at +-448."""
-    y = x.astype(jnp.float32) / scale[..., None]
-    return jnp.clip(y, -FP8_MAX, FP8_MAX).astype(FP8)
+    """x f32[..., Dh] / scale f32[...] -> fp8 bits uint8[..., Dh]."""
+    return encode(x.astype(jnp.float32) / scale[..., None])
 
 
 def dequantize_pages(pages, scales):
-    """values [N, page, KVH, Dh] (fp8) and scales f32[N, KVH] -> f32[N, page, KVH, Dh]."""
-    return pages.astype(jnp.float32) * scales[:, None, :, None]
+    """values [N, page, KVH, Dh] (fp8 bits) and scales f32[N, KVH] -> f32[N, page, KVH, Dh]."""
+    return to_float(pages) * scales[:, None, :, None]
 
 
 def key_scales(scales, cols, page: int):

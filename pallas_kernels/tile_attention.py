@@ -23,6 +23,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 
+from pallas_kernels import kv_quant
 from pallas_kernels.config import Tiles
 from pallas_kernels.worklist import BASE, KV_HI, KV_LO, KVH, NTOK, SEQ, SLOT, TOK0
 
@@ -85,7 +86,7 @@ def attend(q, kv_refs, pt_ref, seq, kvh, kv_lo, lim, *, scale: float, block_page
         if ks_ref is not None:  # fp8: per-key scales from each key's page
             key_pages = pt_ref[seq, b * block_pages + lax.div(_iota(BK), jnp.int32(page_size))]  # i32[BK]
             ks, vs = ks_ref[key_pages, kvh], vs_ref[key_pages, kvh]  # ks, vs: f32[BK]
-            k, v = k.astype(q.dtype), v.astype(q.dtype)
+            k, v = kv_quant.to_float(k, q.dtype), kv_quant.to_float(v, q.dtype)  # fp8 bits -> q's dtype
         s = jnp.dot(q, k.T, precision=EXACT, preferred_element_type=jnp.float32) * scale  # s: f32[M, BK]
         if ks_ref is not None:
             s = s * ks[None, :]

@@ -2,8 +2,9 @@
 
 Per device, each of kv_k / kv_v is either
   plain          [Ll, N, page, K, Dh] in the model's dtype, or
-  QuantizedPages values float8_e4m3fn [Ll, N, page, K, Dh] + scales f32[Ll, N, 1, K, 1]
-                 (key j of page p, head h = values[l, p, j, h] * scales[l, p, 0, h, 0]; the
+  QuantizedPages values uint8 [Ll, N, page, K, Dh] holding float8_e4m3fn bits (`kv_quant`) +
+                 scales f32[Ll, N, 1, K, 1] (key j of page p, head h =
+                 to_float(values[l, p, j, h]) * scales[l, p, 0, h, 0]; the
                  scales keep the cache's rank so the cache's PartitionSpec and sharding apply
                  to both leaves unchanged).
 
@@ -35,7 +36,7 @@ from pallas_kernels import kv_quant
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class QuantizedPages:
-    values: jax.Array  # f8[Ll, N, page, K, Dh]
+    values: jax.Array  # u8[Ll, N, page, K, Dh]: float8_e4m3fn bits
     scales: jax.Array  # f32[Ll, N, 1, K, 1]
 
     @property
@@ -47,7 +48,7 @@ def zeros(shape: tuple[int, ...], dtype):
     """An empty cache side of `shape` [L, N, page, K, Dh]: fp8 pages when dtype is float8_e4m3fn."""
     if jnp.dtype(dtype) == kv_quant.FP8:
         L, N, _, K, _ = shape
-        return QuantizedPages(jnp.zeros(shape, kv_quant.FP8), jnp.zeros((L, N, 1, K, 1), jnp.float32))
+        return QuantizedPages(jnp.zeros(shape, kv_quant.STORAGE), jnp.zeros((L, N, 1, K, 1), jnp.float32))
     return jnp.zeros(shape, dtype)
 
 
@@ -71,7 +72,7 @@ def write(cache, layer, slots, new, cu_q_lens):
 
 
 def _write_fp8(cache: QuantizedPages, layer, slots, new, cu_q_lens) -> QuantizedPages:
-    vals, sc = cache.values, cache.scales  # vals: f8[Ll, N, page, K, Dh]; sc: f32[Ll, N, 1, K, 1]
+    vals, sc = cache.values, cache.scales  # vals: u8[Ll, N, page, K, Dh] (fp8 bits); sc: f32[Ll, N, 1, K, 1]
     _, N, page, _, _ = vals.shape
     T = slots.shape[0]
     valid = slots >= 0
@@ -93,8 +94,8 @@ def _write_fp8(cache: QuantizedPages, layer, slots, new, cu_q_lens) -> Quantized
     grow = (cu_q_lens[1:] > cu_q_lens[:-1]) & keep[t0] & (scale[t0] > old[t0]).any(axis=-1)
     p0 = jnp.where(grow, pages[t0], N)
     ratio = jnp.where(grow[:, None], old[t0] / scale[t0], 1.0)  # ratio: f32[S, K] <= 1
-    earlier = vals[layer, jnp.minimum(p0, N - 1)].astype(jnp.float32)  # earlier: f32[S, page, K, Dh]
-    earlier = (earlier * ratio[:, None, :, None]).astype(kv_quant.FP8)  # |values| only shrink
+    earlier = kv_quant.to_float(vals[layer, jnp.minimum(p0, N - 1)])  # earlier: f32[S, page, K, Dh]
+    earlier = kv_quant.encode(earlier * ratio[:, None, :, None])  # |values| only shrink
     vals = vals.at[layer, p0].set(earlier, mode="drop")
     vals = vals.at[layer, pages, off].set(kv_quant.quantize(x, scale), mode="drop")
     return QuantizedPages(vals, sc)

@@ -41,6 +41,7 @@ def _llm(model_dir, tp, max_model_len=4096, **kw):
     ("tiny-llama3", "legacy", 1),
     ("tiny-llama3", "rope_parameters", 2),
     ("tiny-llama3", "legacy", 4),
+    ("tiny-llama3-trained", "rope_parameters", 2),  # trained (tools/train_tiny.py), bf16 weights on disk
 ])
 def test_greedy_tokens_equal_transformers(variant, spelling, tp, tmp_path):
     golden = _golden(variant)

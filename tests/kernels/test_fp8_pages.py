@@ -1,10 +1,12 @@
-"""fp8 KV pages (`kv_quant`): every backend reads float8_e4m3fn pages with per-page-and-head scales.
+"""fp8 KV pages (`kv_quant`): every backend reads float8_e4m3fn pages (stored as their uint8 bits)
+with per-page-and-head scales.
 
 The reference here is independent of the backends' scaling: pages dequantised in numpy (value x
 its page's scale) and fed to the unquantised dense reference. Scales span three decades across
 pages and heads, so a backend that applies a neighbour page's (or head's) scale is far off.
 """
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -25,7 +27,7 @@ def quantize_batch(args, rng):
         x = np.asarray(pages, np.float32) * spread
         scales = np.abs(x).max(axis=(1, 3)) / kv_quant.FP8_MAX  # f32[N, KVH]
         f8 = kv_quant.quantize(jnp.asarray(x), jnp.asarray(scales)[:, None, :])
-        exact = np.asarray(f8.astype(jnp.float32)) * scales[:, None, :, None]  # what fp8 stands for
+        exact = np.asarray(jax.lax.bitcast_convert_type(f8, jnp.float8_e4m3fn).astype(jnp.float32)) * scales[:, None, :, None]
         out.append((f8, jnp.asarray(scales, jnp.float32), jnp.asarray(exact)))
     (kf, ks, kx), (vf, vs, vx) = out
     return (q, kf, vf, *meta), dict(k_scales=ks, v_scales=vs), (q, kx, vx, *meta)

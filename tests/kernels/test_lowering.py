@@ -87,12 +87,12 @@ def test_kernel_lowers_for_h100(triton_modules, name, shape):
 
 @pytest.mark.parametrize("name", list(KERNELS))
 def test_kernel_lowers_for_h100_on_fp8_pages(triton_modules, name):
-    """fp8 pages (float8_e4m3fn, Triton's fp8e4nv) with their f32 scales [N, KVH]: the page loads,
-    the per-key scale gathers and the bf16 dots all lower."""
+    """fp8 pages (uint8 bits of float8_e4m3fn, Triton's fp8e4nv) with their f32 scales [N, KVH]:
+    the page loads, the bitcast, the per-key scale gathers and the bf16 dots all lower."""
     shape = REALISTIC[0]
     q, k, v, *meta = contract_shapes(**shape)
     sds = jax.ShapeDtypeStruct
-    f8 = sds(k.shape, jnp.float8_e4m3fn)
+    f8 = sds(k.shape, jnp.uint8)
     scales = sds((shape["pages"], shape["KVH"]), jnp.float32)
     fn = KERNELS[name]
     text = lower_for_h100(lambda q, k, v, *rest: fn(q, k, v, *rest[:4], k_scales=rest[4], v_scales=rest[5],
@@ -100,7 +100,7 @@ def test_kernel_lowers_for_h100_on_fp8_pages(triton_modules, name):
                           q, f8, f8, *meta, scales, scales)
     assert text.count("__gpu$xla.gpu.triton") == 1
     module = triton_modules[0]
-    assert "f8E4M3FN" in module, "the kernel reads the fp8 pages themselves"
+    assert "f8E4M3FN" in module, "the kernel converts the fp8 bits itself"
     dots = [tuple(map(int, m)) for m in DOT.findall(module)]
     assert len(dots) >= 4 and all(min(m, k, n) >= 16 for m, k, _, n in dots)
 

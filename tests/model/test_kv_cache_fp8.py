@@ -36,7 +36,7 @@ def _write_both(fp8, plain, slots, new, cu):
 
 def test_writer_keeps_each_pages_scale_at_its_amax_and_values_within_fp8_rounding():
     rng = np.random.default_rng(0)
-    fp8 = QuantizedPages(jnp.zeros((1, N, PAGE, K, DH), kv_quant.FP8), jnp.zeros((1, N, 1, K, 1), jnp.float32))
+    fp8 = QuantizedPages(jnp.zeros((1, N, PAGE, K, DH), kv_quant.STORAGE), jnp.zeros((1, N, 1, K, 1), jnp.float32))
     plain = jnp.zeros((1, N, PAGE, K, DH), jnp.float32)
     tables = {0: [3, 7, 1], 1: [5, 0, 9, 2], 2: [11, 4]}
     lens = {0: 0, 1: 0, 2: 0}
@@ -54,7 +54,7 @@ def test_writer_keeps_each_pages_scale_at_its_amax_and_values_within_fp8_roundin
         new = rng.standard_normal((T, K, DH)).astype(np.float32) * (1 + i) * rng.uniform(0.2, 2, (T, K, 1))
         slot_arr = jnp.asarray(slots + [-1] * pad, jnp.int32)
         fp8, plain = _write_both(fp8, plain, slot_arr, jnp.asarray(new), jnp.asarray(cu, jnp.int32))
-    vals = np.asarray(fp8.values[0].astype(jnp.float32))
+    vals = np.asarray(kv_quant.to_float(fp8.values[0]))
     scales = np.asarray(fp8.scales[0, :, 0, :, 0])  # [N, K]
     truth = np.asarray(plain[0])
     for s, table in tables.items():
@@ -74,7 +74,7 @@ def test_writer_keeps_each_pages_scale_at_its_amax_and_values_within_fp8_roundin
 
 
 def test_a_reused_page_forgets_the_earlier_requests_scale():
-    fp8 = QuantizedPages(jnp.zeros((1, N, PAGE, K, DH), kv_quant.FP8), jnp.zeros((1, N, 1, K, 1), jnp.float32))
+    fp8 = QuantizedPages(jnp.zeros((1, N, PAGE, K, DH), kv_quant.STORAGE), jnp.zeros((1, N, 1, K, 1), jnp.float32))
     plain = jnp.zeros((1, N, PAGE, K, DH), jnp.float32)
     cu = jnp.asarray([0, 2], jnp.int32)
     big = jnp.full((2, K, DH), 100.0)
@@ -83,7 +83,7 @@ def test_a_reused_page_forgets_the_earlier_requests_scale():
     fp8, plain = _write_both(fp8, plain, jnp.asarray([20, 21], jnp.int32), small, cu)  # page 5 again, offset 0
     scale = 2.0 ** np.ceil(np.log2(0.02 / kv_quant.FP8_MAX))
     np.testing.assert_array_equal(np.asarray(fp8.scales[0, 5, 0, :, 0]), scale)
-    got = np.asarray(fp8.values[0, 5, :2].astype(jnp.float32)) * scale
+    got = np.asarray(kv_quant.to_float(fp8.values[0, 5, :2])) * scale
     np.testing.assert_allclose(got[:, 0, 0], [0.01, -0.02], rtol=0.07)
 
 
@@ -104,7 +104,7 @@ def test_the_fp8_cache_does_not_depend_on_the_chunking():
     _, params, _ = load_demo(mesh)
     ids = byte_tokenizer().encode("fp8 pages hold the keys and values of this prompt, " * 3)[:144]
     caches = [_run_chunks(mesh, params, ids, kv_quant.FP8, chunk)[1] for chunk in (144, 16, 1)]
-    deq = [np.asarray(c.values.astype(jnp.float32)) * np.asarray(c.scales) for c in caches]
+    deq = [np.asarray(kv_quant.to_float(c.values)) * np.asarray(c.scales) for c in caches]
     for c, d in zip(caches[1:], deq[1:]):
         np.testing.assert_array_equal(np.asarray(c.scales), np.asarray(caches[0].scales))
         assert np.sqrt(((d - deq[0]) ** 2).mean() / (deq[0] ** 2).mean()) < 1e-3
