@@ -276,7 +276,8 @@ class Engine:
             got.append(req)
             return self._streams[req.request_id].on_token(tok, special)
 
-        self.scheduler.update_from_output(batch, result.token_ids, now, logprobs=result.logprobs, on_token=on_token)
+        self.scheduler.update_from_output(batch, result.token_ids, now, logprobs=result.logprobs,
+                                          top_logprobs=(result.top_ids, result.top_logprobs), on_token=on_token)
         outs = []
         for req in got:
             outs.append(self._streams[req.request_id].output([req.output_token_ids[-1]]))

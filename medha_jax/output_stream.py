@@ -31,21 +31,26 @@ class OutputStream:
         req = self.request
         n_new = len(new_ids)
         new_lps = req.output_logprobs[len(req.output_logprobs) - n_new:] if req.output_logprobs and n_new else []
+        tops = req.output_top_logprobs
+        new_tops = tops[len(tops) - n_new:] if tops and n_new else []
         if req.is_finished:
             new_text = self.text.flush() if flush else ""
             token_ids, logprobs, times = list(req.output_token_ids), list(req.output_logprobs), list(req.token_times)
+            top = list(tops)
             text = self.text.text
         else:
             new_text = self.text.take_delta()
             token_ids = Prefix(req.output_token_ids, len(req.output_token_ids))
             logprobs = Prefix(req.output_logprobs, len(req.output_logprobs))
             times = Prefix(req.token_times, len(req.token_times))
+            top = Prefix(tops, len(tops))
             text = self.text.so_far()
         return RequestOutput(
             request_id=req.request_id, prompt_token_ids=req.prompt_token_ids, token_ids=token_ids,
             text_so_far=text, logprobs=logprobs, finished=req.is_finished,
             finish_reason=req.status.value if req.is_finished else None, stop_reason=req.stop_reason,
-            new_token_ids=new_ids, new_text=new_text, new_logprobs=new_lps,
+            new_token_ids=new_ids, new_text=new_text, new_logprobs=new_lps, top_logprobs=top,
+            new_top_logprobs=new_tops,
             metrics=RequestMetrics(
                 arrival_time=req.arrival_time, first_scheduled_time=req.first_scheduled_time,
                 first_token_time=req.first_token_time, finish_time=req.finish_time,

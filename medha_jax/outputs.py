@@ -98,6 +98,11 @@ class RequestOutput:
     error: str | None = None
     new_logprobs: list[float] = field(default_factory=list)
     """Log-probabilities of `new_token_ids` (empty when the request did not ask for them)."""
+    top_logprobs: Sequence[list[tuple[int, float]]] = ()
+    """Per generated token, its `SamplingParams.top_logprobs` most likely alternatives as
+    (token id, log-probability), most likely first (empty unless asked for)."""
+    new_top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
+    """The same for `new_token_ids`."""
 
     @property
     def text(self) -> str:

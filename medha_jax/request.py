@@ -57,6 +57,7 @@ class Request:
 
     output_token_ids: list[int] = field(default_factory=list)
     output_logprobs: list[float] = field(default_factory=list)
+    output_top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)  # per token, most likely first
     num_computed_tokens: int = 0
     """Tokens whose KV is in the cache (prompt first, then generated)."""
     num_pending_tokens: int = 0

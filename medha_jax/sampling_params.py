@@ -16,6 +16,8 @@ MIN_TEMPERATURE = 1e-5
 MAX_TEMPERATURE = 100.0
 """Largest temperature (OpenAI allows 2): sampling is near-uniform long before it, and past
 float32's range (~3.4e38) packing would overflow to inf."""
+MAX_TOP_LOGPROBS = 20
+"""Alternatives per sampled token the device returns (OpenAI's limit for top_logprobs)."""
 MAX_TOP_K = 2**31 - 1
 """top_k is packed as int32 (any value above the vocabulary size keeps every token)."""
 
@@ -47,6 +49,9 @@ class SamplingParams:
     """Keep generating past the model's end-of-sequence token."""
     logprobs: bool = True
     """Return the log-probability of each sampled token."""
+    top_logprobs: int = 0
+    """Also return, per sampled token, the top_logprobs most likely tokens and their
+    log-probabilities (0..MAX_TOP_LOGPROBS, computed on the device; needs logprobs)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_tokens, int) or isinstance(self.max_tokens, bool) or self.max_tokens < 1:
@@ -66,6 +71,11 @@ class SamplingParams:
             self.stop = [self.stop]
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise ValueError(f"stop must be a list of non-empty strings, got {self.stop!r}")
+        if (not isinstance(self.top_logprobs, int) or isinstance(self.top_logprobs, bool)
+                or not 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS):
+            raise ValueError(f"top_logprobs must be an integer in [0, {MAX_TOP_LOGPROBS}], got {self.top_logprobs!r}")
+        if self.top_logprobs and not self.logprobs:
+            raise ValueError("top_logprobs needs logprobs=True")
         if any(not isinstance(t, int) or isinstance(t, bool) or t < 0 for t in self.stop_token_ids):
             raise ValueError(f"stop_token_ids must be non-negative integers, got {self.stop_token_ids!r}")
 

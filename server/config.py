@@ -35,7 +35,7 @@ class ServerConfig:
     max_message_bytes: int = 16 * 1024 * 1024
     """Largest request message (gRPC) or body (HTTP), in bytes."""
     max_prompts_per_request: int = 16
-    """Most prompts in one /v1/completions request (a list of prompts is a batch)."""
+    """Most sequences one /v1/completions request starts: prompts (a list is a batch) x best_of (or n)."""
     chat_template: str | None = None
     """Path to a jinja2 chat template that overrides the tokenizer's."""
     drain_timeout: float = 300.0

@@ -2,7 +2,8 @@
 
   POST /v1/completions, /v1/chat/completions
       body --parse (server.openai_protocol)--> OpenAIRequest --chat template / resolve_prompt-->
-      token ids --AsyncEngine.add_request (one per prompt)--> RequestStreams
+      token ids --AsyncEngine.add_request (best_of per prompt: choice j of a seeded request uses
+      seed + j)--> RequestStreams
       --> one JSON response, or SSE chunks ("data: {...}" ... "data: [DONE]") as tokens arrive
   GET /v1/models, /health, /metrics
 
@@ -135,19 +136,24 @@ class OpenAIServer:
         return max(1, room)
 
     async def _admit(self, parsed: P.OpenAIRequest, prompts_ids: list[list[int]]):
-        """Admit every prompt or none: a failure aborts the ones already admitted."""
+        """Admit best_of sequences per prompt (prompt-major), or none: a failure aborts the ones
+        already admitted. best_of > n ranks choices by log-probability, so it computes them."""
         check_slo(parsed.ttft_deadline, parsed.tpot_target, parsed.priority,
                   {"ttft_deadline": "ttft_deadline", "tpot_target": "tpot_target", "priority_class": "priority"})
         streams = []
         try:
             for ids in prompts_ids:
-                values = dict(parsed.sampling, logprobs=parsed.logprobs)
-                if values["max_tokens"] is None and parsed.messages is not None:
-                    values["max_tokens"] = self._default_max_tokens(len(ids))
-                sp = build_sampling_params(values)
-                streams.append(await self.ae.add_request(ids, sp, ttft_deadline=parsed.ttft_deadline,
-                                                         priority_class=parsed.priority,
-                                                         tpot_target=parsed.tpot_target))
+                for j in range(parsed.best_of):
+                    values = dict(parsed.sampling, logprobs=parsed.logprobs or parsed.best_of > parsed.n,
+                                  top_logprobs=parsed.top_logprobs)
+                    if values["seed"] is not None:
+                        values["seed"] += j
+                    if values["max_tokens"] is None and parsed.messages is not None:
+                        values["max_tokens"] = self._default_max_tokens(len(ids))
+                    sp = build_sampling_params(values)
+                    streams.append(await self.ae.add_request(ids, sp, ttft_deadline=parsed.ttft_deadline,
+                                                             priority_class=parsed.priority,
+                                                             tpot_target=parsed.tpot_target))
         except BaseException:
             for s in streams:
                 s.abort()
@@ -167,7 +173,7 @@ class OpenAIServer:
             prompts_ids = [await resolve_prompt(self.ae.engine, p, self.max_prompt_tokens,
                                                 field if len(parsed.prompts) == 1 else f"{field}[{i}]")
                            for i, p in enumerate(parsed.prompts)]
-        return parsed, await self._admit(parsed, prompts_ids)
+        return parsed, prompts_ids, await self._admit(parsed, prompts_ids)
 
     # ---- endpoints -------------------------------------------------------------------------
     async def completions(self, request: web.Request) -> web.StreamResponse:
@@ -178,22 +184,34 @@ class OpenAIServer:
 
     async def _serve(self, request: web.Request, chat: bool) -> web.StreamResponse:
         try:
-            parsed, streams = await self._prepare(request, chat)
+            parsed, prompts_ids, streams = await self._prepare(request, chat)
         except (RequestError, ModelNotFound, BodyTimeout, QueueFullError, EngineUnavailableError, ValueError) as e:
             return self._fail(e)
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+        echo = self._echo_texts(parsed, prompts_ids) if parsed.echo else None
         if parsed.stream:
-            return await self._stream(request, rid, parsed, streams, chat)
+            return await self._stream(request, rid, parsed, streams, chat, echo)
         try:
             finals = await _collect_finals(streams)
         except RequestFailedError as e:
             return self._fail(e)
         tok = self.ae.engine.tokenizer
+        choices = P.best_choices(finals, parsed.n, parsed.best_of)
         if chat:
-            return web.json_response(P.chat_response(rid, self.model_name, finals[0], tok, parsed.logprobs), dumps=_dumps)
-        return web.json_response(P.completion_response(rid, self.model_name, finals, tok, parsed.logprobs), dumps=_dumps)
+            return web.json_response(P.chat_response(rid, self.model_name, choices, tok, parsed.logprobs), dumps=_dumps)
+        u = P.usage(sum(len(ids) for ids in prompts_ids), sum(len(o.token_ids) for o in finals))
+        return web.json_response(P.completion_response(rid, self.model_name, choices, tok, parsed.logprobs, u, echo),
+                                 dumps=_dumps)
 
-    async def _stream(self, request, rid, parsed: P.OpenAIRequest, streams, chat: bool) -> web.StreamResponse:
+    def _echo_texts(self, parsed: P.OpenAIRequest, prompts_ids: list[list[int]]) -> list[str]:
+        """Each choice's prompt text (a text prompt as sent; token ids decoded)."""
+        tok = self.ae.engine.tokenizer
+        texts = [p if isinstance(p, str) else (tok.decode(ids) if tok is not None else "")
+                 for p, ids in zip(parsed.prompts, prompts_ids)]
+        return [t for t in texts for _ in range(parsed.n)]
+
+    async def _stream(self, request, rid, parsed: P.OpenAIRequest, streams, chat: bool,
+                      echo: list[str] | None) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                                            "X-Accel-Buffering": "no"})
         try:
@@ -205,29 +223,33 @@ class OpenAIServer:
         tok = self.ae.engine.tokenizer
         created = int(time.time())
         obj = "chat.completion.chunk" if chat else "text_completion"
-        emitted = [0] * len(streams)  # characters streamed per choice (text_offset)
-        prompt_tokens = sum(len(s.prompt_token_ids) for s in streams)
+        emitted = [len(e) for e in echo] if echo else [0] * len(streams)  # characters streamed per choice (text_offset)
+        prompt_tokens = sum(len(s.prompt_token_ids) for s in streams[::parsed.n])  # each prompt once
         completion_tokens = 0
 
         async def send(obj_):
             await resp.write(f"data: {_dumps(obj_)}\n\n".encode())
 
         try:
-            if chat:
-                await send(P.chat_chunk(rid, self.model_name, created, {"role": "assistant", "content": ""}, None))
+            for i in range(len(streams)):
+                if chat:
+                    await send(P.chat_chunk(rid, self.model_name, created, {"role": "assistant", "content": ""}, None,
+                                            index=i))
+                elif echo:
+                    await send(P.completion_chunk(rid, self.model_name, created, i, echo[i], None))
             async with contextlib.aclosing(_merged(streams)) as merged:
                 async for i, out in merged:
                     n = len(out.new_token_ids)
                     lp = None
                     if parsed.logprobs and n:
-                        ids, lps = out.new_token_ids, out.logprobs[-n:]
-                        lp = (P.chat_logprobs(tok, ids, lps) if chat
-                              else P.completion_logprobs(tok, ids, lps, emitted[i]))
+                        ids, lps, tops = out.new_token_ids, out.logprobs[-n:], out.new_top_logprobs
+                        lp = (P.chat_logprobs(tok, ids, lps, tops) if chat
+                              else P.completion_logprobs(tok, ids, lps, emitted[i], tops))
                     if out.new_text or lp is not None or out.finished:
                         reason = P.finish_reason(out)
                         if chat:
                             delta = {"content": out.new_text} if out.new_text else {}
-                            await send(P.chat_chunk(rid, self.model_name, created, delta, reason, lp))
+                            await send(P.chat_chunk(rid, self.model_name, created, delta, reason, lp, index=i))
                         else:
                             await send(P.completion_chunk(rid, self.model_name, created, i, out.new_text, reason, lp))
                     emitted[i] += len(out.new_text)

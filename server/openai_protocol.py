@@ -8,9 +8,13 @@
 
 Supported beyond OpenAI's fields (send with `extra_body` in the openai client): top_k,
 stop_token_ids, ignore_eos, priority (lower first), ttft_deadline and tpot_target (seconds).
-Not supported (400 naming the field): n/best_of > 1, echo, suffix, non-zero penalties,
-logit_bias, tools, non-text response_format, completions `logprobs` > 0 and chat `top_logprobs`
-> 0 (only the sampled token's log-probability is computed).
+Log-probabilities: completions `logprobs=N` and chat `logprobs=true, top_logprobs=N` (N <= 20)
+give each sampled token's log-probability and its N most likely alternatives (computed on the
+device with the sample). `n` choices per prompt (up to MAX_CHOICES; a seeded request's choice j
+uses seed + j), completions `best_of` (that many generated, the n with the highest total
+log-probability returned; not with stream) and `echo` (the prompt's text before the completion;
+not with logprobs: prompt log-probabilities are not computed). Not supported (400 naming the
+field): suffix, non-zero penalties, logit_bias, tools, non-text response_format.
 """
 
 from __future__ import annotations
@@ -20,6 +24,9 @@ import time
 from dataclasses import dataclass
 
 from medha_jax.outputs import RequestOutput
+from medha_jax.sampling_params import MAX_TOP_LOGPROBS
+
+MAX_CHOICES = 16  # n and best_of: sequences one prompt may start
 from server.chat_template import validate_messages
 from server.validation import RequestError
 
@@ -42,6 +49,10 @@ class OpenAIRequest:
     ttft_deadline: float | None = None
     tpot_target: float | None = None
     priority: int = 0
+    top_logprobs: int = 0  # alternatives per sampled token (with logprobs)
+    n: int = 1  # choices returned per prompt
+    best_of: int = 1  # choices generated per prompt (>= n; the best n by total logprob are returned)
+    echo: bool = False  # completions: the prompt's text before each choice's
 
 
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
@@ -106,7 +117,8 @@ def _common(body, allowed: set[str]) -> dict:
     _typed(body, "model", lambda v: isinstance(v, str), "a string")
     _typed(body, "user", lambda v: isinstance(v, str), "a string")
     _typed(body, "stream", lambda v: isinstance(v, bool), "a boolean")
-    _unsupported(body, "n", lambda v: v == 1, "only n=1 is supported")
+    n = _typed(body, "n", _is_int, "an integer")
+    _unsupported(body, "n", lambda v: 1 <= v <= MAX_CHOICES, f"n must be in [1, {MAX_CHOICES}]")
     for name in ("presence_penalty", "frequency_penalty"):
         _unsupported(body, name, lambda v: v == 0, "penalties are not implemented; use 0")
     _unsupported(body, "logit_bias", lambda v: v == {}, "logit_bias is not implemented")
@@ -137,6 +149,7 @@ def _common(body, allowed: set[str]) -> dict:
         "ttft_deadline": _typed(body, "ttft_deadline", _is_num, "a number of seconds"),
         "tpot_target": _typed(body, "tpot_target", _is_num, "a number of seconds"),
         "priority": _typed(body, "priority", _is_int, "an integer") or 0,
+        "n": n or 1,
     }
 
 
@@ -146,12 +159,20 @@ def _is_token_list(v) -> bool:
 
 def parse_completion(body, max_prompts: int) -> OpenAIRequest:
     c = _common(body, COMPLETION_FIELDS)
-    _unsupported(body, "best_of", lambda v: v == 1, "only best_of=1 is supported")
-    _unsupported(body, "echo", lambda v: v is False, "echo is not implemented")
+    best_of = _typed(body, "best_of", _is_int, "an integer")
+    if best_of is None:
+        best_of = c["n"]
+    if not c["n"] <= best_of <= MAX_CHOICES:
+        raise RequestError("best_of", f"best_of must be in [n, {MAX_CHOICES}] (n={c['n']}), got {best_of}")
+    if best_of > c["n"] and c["stream"]:
+        raise RequestError("best_of", "best_of > n cannot be streamed (the best choices are known only at the end)")
+    echo = _typed(body, "echo", lambda v: isinstance(v, bool), "a boolean") or False
     _unsupported(body, "suffix", lambda v: v == "", "suffix (insertion) is not implemented")
     logprobs = _typed(body, "logprobs", _is_int, "an integer")
-    _unsupported(body, "logprobs", lambda v: v == 0,
-                 "only logprobs=0 (the sampled token's log-probability) is available")
+    _unsupported(body, "logprobs", lambda v: 0 <= v <= MAX_TOP_LOGPROBS,
+                 f"logprobs must be in [0, {MAX_TOP_LOGPROBS}] (alternatives per token)")
+    if echo and logprobs is not None:
+        raise RequestError("echo", "echo with logprobs is not supported: prompt log-probabilities are not computed")
     if "prompt" not in body:
         raise RequestError("prompt", "prompt is required")
     p = body["prompt"]
@@ -161,10 +182,11 @@ def parse_completion(body, max_prompts: int) -> OpenAIRequest:
         prompts = list(p)
     else:
         raise RequestError("prompt", "prompt must be a string, a list of token ids, or a non-empty list of those")
-    if len(prompts) > max_prompts:
-        raise RequestError("prompt", f"prompt holds {len(prompts)} prompts; at most {max_prompts} per request")
+    if len(prompts) * best_of > max_prompts:
+        raise RequestError("prompt", f"{len(prompts)} prompts x best_of {best_of} is more than the {max_prompts} "
+                                     "sequences one request may start")
     return OpenAIRequest(prompts, None, c["sampling"], c["stream"], c["include_usage"], logprobs is not None,
-                         c["ttft_deadline"], c["tpot_target"], c["priority"])
+                         c["ttft_deadline"], c["tpot_target"], c["priority"], logprobs or 0, c["n"], best_of, echo)
 
 
 def parse_chat(body) -> OpenAIRequest:
@@ -173,8 +195,11 @@ def parse_chat(body) -> OpenAIRequest:
     if mct is not None:
         c["sampling"]["max_tokens"] = mct
     logprobs = _typed(body, "logprobs", lambda v: isinstance(v, bool), "a boolean")
-    _typed(body, "top_logprobs", _is_int, "an integer")
-    _unsupported(body, "top_logprobs", lambda v: v == 0, "alternatives are not computed; use 0")
+    top = _typed(body, "top_logprobs", _is_int, "an integer")
+    _unsupported(body, "top_logprobs", lambda v: 0 <= v <= MAX_TOP_LOGPROBS,
+                 f"top_logprobs must be in [0, {MAX_TOP_LOGPROBS}]")
+    if top and not logprobs:
+        raise RequestError("top_logprobs", "top_logprobs needs logprobs=true")
     _unsupported(body, "tools", lambda v: v == [], "tool calling is not implemented")
     _unsupported(body, "tool_choice", lambda v: v == "none", "tool calling is not implemented")
     _unsupported(body, "parallel_tool_calls", lambda v: isinstance(v, bool), "tool calling is not implemented")
@@ -183,7 +208,7 @@ def parse_chat(body) -> OpenAIRequest:
         raise RequestError("messages", "messages is required")
     messages = validate_messages(body["messages"])
     return OpenAIRequest([], messages, c["sampling"], c["stream"], c["include_usage"], bool(logprobs),
-                         c["ttft_deadline"], c["tpot_target"], c["priority"])
+                         c["ttft_deadline"], c["tpot_target"], c["priority"], top or 0, c["n"], c["n"])
 
 
 # ---- responses ---------------------------------------------------------------------------------
@@ -196,32 +221,54 @@ def finish_reason(out: RequestOutput) -> str | None:
     return out.finish_reason if out.finished else None
 
 
-def completion_logprobs(tokenizer, ids: list[int], logprobs: list[float], offset: int) -> dict:
+def completion_logprobs(tokenizer, ids: list[int], logprobs: list[float], offset: int, tops=()) -> dict:
+    """The legacy format; `tops` (per token: (id, logprob) pairs, most likely first) become one
+    {token text: logprob} dict per token (None when no alternatives were asked for)."""
     tokens = [tokenizer.decode([t]) for t in ids]
     offsets, pos = [], offset
     for t in tokens:
         offsets.append(pos)
         pos += len(t)
-    return {"tokens": tokens, "token_logprobs": list(logprobs), "top_logprobs": None, "text_offset": offsets}
+    top = [{tokenizer.decode([t]): lp for t, lp in alts} for alts in tops] if tops else None
+    return {"tokens": tokens, "token_logprobs": list(logprobs), "top_logprobs": top, "text_offset": offsets}
 
 
-def chat_logprobs(tokenizer, ids: list[int], logprobs: list[float]) -> dict:
+def _chat_token(tokenizer, t: int, lp: float) -> dict:
+    return {"token": tokenizer.decode([t]), "logprob": lp, "bytes": list(tokenizer.token_bytes(t))}
+
+
+def chat_logprobs(tokenizer, ids: list[int], logprobs: list[float], tops=()) -> dict:
+    """`tops`: per token its alternatives as (id, logprob), most likely first (may be empty)."""
     content = []
-    for t, lp in zip(ids, logprobs):
-        content.append({"token": tokenizer.decode([t]), "logprob": lp, "bytes": list(tokenizer.token_bytes(t)),
-                        "top_logprobs": []})
+    for k, (t, lp) in enumerate(zip(ids, logprobs)):
+        alts = [_chat_token(tokenizer, a, alp) for a, alp in tops[k]] if tops else []
+        content.append({**_chat_token(tokenizer, t, lp), "top_logprobs": alts})
     return {"content": content}
 
 
-def completion_response(rid: str, model: str, finals: list[RequestOutput], tokenizer, want_logprobs: bool) -> dict:
+def best_choices(finals: list[RequestOutput], n: int, best_of: int) -> list[RequestOutput]:
+    """Per prompt (best_of consecutive outputs), the n with the highest total log-probability,
+    best first (best_of == n: all of them, in order)."""
+    if best_of == n:
+        return finals
+    out = []
+    for p in range(0, len(finals), best_of):
+        group = finals[p:p + best_of]
+        out += sorted(group, key=lambda o: -sum(o.logprobs))[:n]
+    return out
+
+
+def completion_response(rid: str, model: str, choices_out: list[RequestOutput], tokenizer, want_logprobs: bool,
+                        usage_: dict, echo: list[str] | None = None) -> dict:
+    """choices_out: the returned choices in index order; echo: each one's prompt text, or None."""
     choices = []
-    for i, out in enumerate(finals):
-        lp = completion_logprobs(tokenizer, out.token_ids, out.logprobs, 0) if want_logprobs else None
-        choices.append({"index": i, "text": out.text, "logprobs": lp, "finish_reason": out.finish_reason})
+    for i, out in enumerate(choices_out):
+        lp = completion_logprobs(tokenizer, out.token_ids, out.logprobs, 0, out.top_logprobs) if want_logprobs else None
+        text = (echo[i] if echo else "") + out.text
+        choices.append({"index": i, "text": text, "logprobs": lp, "finish_reason": out.finish_reason})
     return {
         "id": rid, "object": "text_completion", "created": int(time.time()), "model": model, "choices": choices,
-        "usage": usage(sum(len(o.prompt_token_ids) for o in finals), sum(len(o.token_ids) for o in finals)),
-        "system_fingerprint": None,
+        "usage": usage_, "system_fingerprint": None,
     }
 
 
@@ -231,19 +278,22 @@ def completion_chunk(rid: str, model: str, created: int, index: int, text: str, 
             "choices": [{"index": index, "text": text, "logprobs": logprobs, "finish_reason": reason}]}
 
 
-def chat_response(rid: str, model: str, out: RequestOutput, tokenizer, want_logprobs: bool) -> dict:
-    lp = chat_logprobs(tokenizer, out.token_ids, out.logprobs) if want_logprobs else None
+def chat_response(rid: str, model: str, outs: list[RequestOutput], tokenizer, want_logprobs: bool) -> dict:
+    choices = []
+    for i, out in enumerate(outs):
+        lp = chat_logprobs(tokenizer, out.token_ids, out.logprobs, out.top_logprobs) if want_logprobs else None
+        choices.append({"index": i, "message": {"role": "assistant", "content": out.text}, "logprobs": lp,
+                        "finish_reason": out.finish_reason})
     return {
-        "id": rid, "object": "chat.completion", "created": int(time.time()), "model": model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": out.text}, "logprobs": lp,
-                     "finish_reason": out.finish_reason}],
-        "usage": usage(len(out.prompt_token_ids), len(out.token_ids)), "system_fingerprint": None,
+        "id": rid, "object": "chat.completion", "created": int(time.time()), "model": model, "choices": choices,
+        "usage": usage(len(outs[0].prompt_token_ids), sum(len(o.token_ids) for o in outs)), "system_fingerprint": None,
     }
 
 
-def chat_chunk(rid: str, model: str, created: int, delta: dict, reason: str | None, logprobs: dict | None = None) -> dict:
+def chat_chunk(rid: str, model: str, created: int, delta: dict, reason: str | None, logprobs: dict | None = None,
+               index: int = 0) -> dict:
     return {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
-            "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": reason}]}
+            "choices": [{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": reason}]}
 
 
 def usage_chunk(rid: str, model: str, created: int, obj: str, u: dict) -> dict:

@@ -71,6 +71,8 @@ def compile_events() -> int:
 class StepResult:
     token_ids: np.ndarray  # i32[num_seqs]: sampled token per scheduled sequence (valid where it samples)
     logprobs: np.ndarray  # f32[num_seqs]
+    top_ids: np.ndarray  # i32[num_seqs, K]: the K most likely tokens, most likely first
+    top_logprobs: np.ndarray  # f32[num_seqs, K]
 
 
 @dataclass
@@ -79,12 +81,15 @@ class Launched:
 
     tokens: jax.Array  # i32[max_seqs], replicated
     logprobs: jax.Array  # f32[S], replicated
+    top_ids: jax.Array  # i32[S, K], replicated
+    top_logprobs: jax.Array  # f32[S, K], replicated
     n: int  # sequences in the step
 
     def result(self) -> StepResult:
         # Replicated outputs: every process reads its own copy.
-        tokens = np.asarray(self.tokens.addressable_data(0))
-        return StepResult(tokens[: self.n], np.asarray(self.logprobs.addressable_data(0))[: self.n])
+        host = [np.asarray(a.addressable_data(0))[: self.n]
+                for a in (self.tokens, self.logprobs, self.top_ids, self.top_logprobs)]
+        return StepResult(*host)
 
 
 class Executor:
@@ -276,8 +281,7 @@ class Executor:
             raise RuntimeError("launch() runs one step of a one-stage pipeline; use tick() with spp > 1")
         plan = self.pipe.plan(Microbatch(step, self.pack(step)), self.runnable)
         self._send("run", plan.arrays)
-        tokens, logprobs = self.launch_arrays(plan.arrays)
-        return Launched(tokens, logprobs, len(step.seqs))
+        return Launched(*self.launch_arrays(plan.arrays), len(step.seqs))
 
     def _advance(self, step: StepInput | None):
         new = Microbatch(step, self.pack(step)) if step is not None and step.seqs else None
@@ -285,32 +289,33 @@ class Executor:
         if plan is None:
             return None, None
         self._send("run", plan.arrays)
-        tokens, logprobs = self.launch_arrays(plan.arrays)
+        arrays = self.launch_arrays(plan.arrays)
         self.pipe.commit(plan)
         out = plan.exiting
         if out is None:
             return None, None
-        return out.batch, Launched(tokens, logprobs, len(out.batch.seqs)).result()
+        return out.batch, Launched(*arrays, len(out.batch.seqs)).result()
 
     def run_arrays(self, arrays: dict[str, np.ndarray]) -> None:
         """One tick on a `TickPlan.arrays` dict, waited for (a multi-host follower's replay)."""
         self.launch_arrays(arrays)[0].block_until_ready()
 
-    def launch_arrays(self, arrays: dict[str, np.ndarray]) -> tuple[jax.Array, jax.Array]:
+    def launch_arrays(self, arrays: dict[str, np.ndarray]) -> tuple[jax.Array, ...]:
         """Start one compiled tick on a `TickPlan.arrays` dict; the only place the step runs.
-        Returns its (tokens i32[max_seqs], logprobs f32[S]) on the device, not waited for."""
+        Returns its (tokens i32[max_seqs], logprobs f32[S], top ids i32[S, K], top logprobs
+        f32[S, K]) on the device, not waited for."""
         exe = self._compile(bucket_of(arrays))
         put = self._global if self._multiprocess else (lambda a, f: a)
         inp = ModelInputs(**{f: put(arrays[f], f) for f in MODEL_FIELDS})
         samp = SamplingArrays(*(put(arrays[f], f) for f in SAMPLING_FIELDS))
         t0 = time.perf_counter()
-        tokens, logprobs, self.kv_k, self.kv_v, self.acts = exe(self.params, self.kv_k, self.kv_v, self.acts,
+        tokens, logprobs, top_ids, top_lps, self.kv_k, self.kv_v, self.acts = exe(self.params, self.kv_k, self.kv_v, self.acts,
                                                                 inp, samp, put(arrays["feed_index"], "feed_index"),
                                                                 self._prev_tokens)
         self._prev_tokens = tokens
         if self.timeline is not None:
             self.timeline.launched(t0, tokens)
-        return tokens, logprobs
+        return tokens, logprobs, top_ids, top_lps
 
     def _global(self, a: np.ndarray, field: str) -> jax.Array:
         """A host array every process holds whole -> a global array in the field's sharding."""

@@ -1,6 +1,8 @@
 """On-device sampling with per-request parameters held in arrays (never static arguments).
 
-logits f32[S, V] -> (token i32[S], logprob f32[S]). Each row applies its own temperature
+logits f32[S, V] -> (token i32[S], logprob f32[S], top ids i32[S, K], top logprobs f32[S, K]) with
+K = min(MAX_TOP_LOGPROBS, V): the model's K most likely tokens, most likely first, from the same
+sort the sampler makes anyway (OpenAI's `top_logprobs`; the host keeps each request's first N). Each row applies its own temperature
 (0 = greedy), top-k (0 = off) and top-p, and draws with its own key
 `fold_in(PRNGKey(seed), step)`, where step is the number of tokens the request has generated,
 so a seeded request gives the same tokens whatever else shares its batch. The returned logprob
@@ -14,6 +16,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from medha_jax.sampling_params import MAX_TOP_LOGPROBS
+
 
 class SamplingArrays(NamedTuple):
     temperature: jax.Array  # f32[S]
@@ -23,7 +27,7 @@ class SamplingArrays(NamedTuple):
     step: jax.Array  # i32[S]
 
 
-def sample(logits: jax.Array, p: SamplingArrays) -> tuple[jax.Array, jax.Array]:
+def sample(logits: jax.Array, p: SamplingArrays) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     S, V = logits.shape
     logits = logits.astype(jnp.float32)  # logits: f32[S, V]
     logprobs = jax.nn.log_softmax(logits, axis=-1)
@@ -31,7 +35,9 @@ def sample(logits: jax.Array, p: SamplingArrays) -> tuple[jax.Array, jax.Array]:
 
     temp = jnp.where(p.temperature > 0, p.temperature, 1.0)
     scaled = logits / temp[:, None]
-    order = jnp.argsort(-scaled, axis=-1)  # order: i32[S, V], most likely first
+    order = jnp.argsort(-scaled, axis=-1)  # order: i32[S, V], most likely first (temperature keeps the order)
+    top_ids = order[:, : min(MAX_TOP_LOGPROBS, V)].astype(jnp.int32)  # top_ids: i32[S, K]
+    top_lps = jnp.take_along_axis(logprobs, top_ids, axis=-1)  # top_lps: f32[S, K]
     sorted_logits = jnp.take_along_axis(scaled, order, axis=-1)
     rank = jnp.arange(V)[None, :]
     k = jnp.where(p.top_k > 0, jnp.minimum(p.top_k, V), V)
@@ -47,4 +53,4 @@ def sample(logits: jax.Array, p: SamplingArrays) -> tuple[jax.Array, jax.Array]:
     sampled_tok = jnp.take_along_axis(order, choice[:, None], axis=-1)[:, 0].astype(jnp.int32)
 
     tok = jnp.where(p.temperature > 0, sampled_tok, greedy_tok)
-    return tok, jnp.take_along_axis(logprobs, tok[:, None], axis=-1)[:, 0]
+    return tok, jnp.take_along_axis(logprobs, tok[:, None], axis=-1)[:, 0], top_ids, top_lps

@@ -45,23 +45,25 @@ def _tick(params, kv_k, kv_v, acts, inp: ModelInputs, samp, feed_index, prev_tok
         stage = lax.axis_index("spp")
         x = jnp.where(stage == 0, x, acts[0, :T].astype(x.dtype))
     x, kv_k, kv_v = run_layers(params, kv_k, kv_v, x, inp, cfg, attention_fn)
-    tok, logprob = sample_fn(final_logits(params, x, inp, cfg), samp)  # tok: i32[S]; logprob: f32[S]
+    # tok: i32[S]; logprob: f32[S]; top_ids: i32[S, K]; top_lps: f32[S, K]
+    tok, logprob, top_ids, top_lps = sample_fn(final_logits(params, x, inp, cfg), samp)
     if spp > 1:
         last = stage == spp - 1
-        tok = lax.psum(jnp.where(last, tok, 0), "spp")
-        logprob = lax.psum(jnp.where(last, logprob, 0.0), "spp")
+        tok, top_ids = (lax.psum(jnp.where(last, a, 0), "spp") for a in (tok, top_ids))
+        logprob, top_lps = (lax.psum(jnp.where(last, a, 0.0), "spp") for a in (logprob, top_lps))
         acts = lax.dynamic_update_slice(acts, next_stage(x)[None].astype(acts.dtype), (0, 0, 0))
     tok = jnp.pad(tok, (0, max_seqs - tok.shape[0]))  # tok: i32[max_seqs], whatever the bucket
-    return tok, logprob, kv_k, kv_v, acts
+    return tok, logprob, top_ids, top_lps, kv_k, kv_v, acts
 
 
 def make_step(cfg: LlamaConfig, mesh: Mesh, attention_fn: AttentionFn, sample_fn, max_seqs: int):
     """`(params, kv_k, kv_v, acts, inp, samp, feed_index, prev_tokens)
-        -> (tokens i32[max_seqs], logprobs f32[S], kv_k, kv_v, acts)`.
+        -> (tokens i32[max_seqs], logprobs f32[S], top_ids i32[S, K], top_logprobs f32[S, K], kv_k, kv_v,
+        acts)`.
 
     inp: `ModelInputs` with a leading [spp] stage dim on every field (row s = the microbatch at
     stage s); samp: the sampling arrays of the microbatch at the last stage, replicated;
-    sample_fn(logits f32[S, V], samp) -> (tokens, logprobs). feed_index i32[T]: for the
+    sample_fn(logits f32[S, V], samp) -> (tokens, logprobs, top ids, top logprobs). feed_index i32[T]: for the
     microbatch entering stage 0, where >= 0 its token id is prev_tokens[feed_index]
     (prev_tokens: the previous tick's `tokens`, so a sampled token feeds the next step without a
     host round trip). tokens: the exiting microbatch's samples padded to max_seqs, the same shape
@@ -76,9 +78,9 @@ def make_step(cfg: LlamaConfig, mesh: Mesh, attention_fn: AttentionFn, sample_fn
     inputs = sharding.input_specs(stacked=True)
     if lay.spp == 1:
         mapped = jax.shard_map(
-            lambda p, k, v, i, s, f, t: per_device(p, k, v, None, i, s, f, t)[:4], **common,
+            lambda p, k, v, i, s, f, t: per_device(p, k, v, None, i, s, f, t)[:6], **common,
             in_specs=(sharding.param_specs(cfg), kv, kv, inputs, P(), P(), P()),
-            out_specs=(P(), P(), kv, kv))
+            out_specs=(P(), P(), P(), P(), kv, kv))
 
         def step(params, kv_k, kv_v, acts, inp, samp, feed_index, prev_tokens):
             return (*mapped(params, kv_k, kv_v, inp, samp, feed_index, prev_tokens), None)
@@ -87,7 +89,7 @@ def make_step(cfg: LlamaConfig, mesh: Mesh, attention_fn: AttentionFn, sample_fn
     return jax.shard_map(
         per_device, **common,
         in_specs=(sharding.param_specs(cfg), kv, kv, sharding.ACTS_SPEC, inputs, P(), P(), P()),
-        out_specs=(P(), P(), kv, kv, sharding.ACTS_SPEC))
+        out_specs=(P(), P(), P(), P(), kv, kv, sharding.ACTS_SPEC))
 
 
 def acts_sharding(mesh: Mesh) -> NamedSharding:

@@ -263,13 +263,14 @@ class Scheduler:
                                            measured_time)
 
     def update_from_output(self, batch: ScheduledBatch, sampled: Sequence[int] | int, now: float, *,
-                           logprobs: Sequence[float] | None = None,
+                           logprobs: Sequence[float] | None = None, top_logprobs=None,
                            on_token: Callable[[Request, int, bool], str | None] | None = None) -> list[Request]:
         """The tokens of `batch` came out of the model: append them and finish who stops.
 
         sampled: the token of sequence i at index i (only sequences that sample are read), or one
         token for all of them (a simulator has no model). logprobs: the same per sequence (kept
-        where the request asked for them). on_token(request, token, special) -> stop string | None
+        where the request asked for them); top_logprobs: (ids i32[S, K], logprobs f32[S, K]), the K
+        most likely tokens per sequence, of which a request keeps its `top_logprobs` first. on_token(request, token, special) -> stop string | None
         is called after each append: the engine's detokenizer, which finds stop strings. A
         sequence whose request finished, or was preempted, while the batch was in flight gets
         nothing (a preempted one recomputes its context and samples again). Call after
@@ -293,6 +294,10 @@ class Scheduler:
             req.output_token_ids.append(tok)
             if logprobs is not None and req.sampling_params.logprobs:
                 req.output_logprobs.append(float(logprobs[i]))
+                n_top = req.sampling_params.top_logprobs
+                if n_top and top_logprobs is not None:
+                    req.output_top_logprobs.append(list(zip(top_logprobs[0][i, :n_top].tolist(),
+                                                            top_logprobs[1][i, :n_top].tolist())))
             req.token_times.append(now)
             if req.first_token_time is None:
                 req.first_token_time = now

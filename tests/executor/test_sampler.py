@@ -19,7 +19,7 @@ def _arrays(S, temperature=0.0, top_k=0, top_p=1.0, seed=0, step=None):
 def test_greedy_rows_take_argmax_and_report_model_logprob():
     rng = np.random.default_rng(1)
     logits = rng.standard_normal((6, 50)).astype(np.float32)
-    tok, lp = sample_jit(jnp.asarray(logits), _arrays(6))
+    tok, lp, *_ = sample_jit(jnp.asarray(logits), _arrays(6))
     np.testing.assert_array_equal(np.asarray(tok), logits.argmax(-1))
     ref = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     np.testing.assert_allclose(np.asarray(lp), ref[np.arange(6), logits.argmax(-1)], rtol=1e-5, atol=1e-5)
@@ -29,7 +29,7 @@ def test_mixed_batch_greedy_row_unaffected_by_sampled_rows():
     rng = np.random.default_rng(2)
     logits = jnp.asarray(rng.standard_normal((4, 30)).astype(np.float32))
     temps = np.array([0.0, 1.0, 0.7, 0.0], np.float32)
-    tok, _ = sample_jit(logits, _arrays(4, temperature=temps))
+    tok, *_ = sample_jit(logits, _arrays(4, temperature=temps))
     assert int(tok[0]) == int(jnp.argmax(logits[0])) and int(tok[3]) == int(jnp.argmax(logits[3]))
 
 
@@ -37,14 +37,14 @@ def test_mixed_batch_greedy_row_unaffected_by_sampled_rows():
 def test_top_k_1_and_tiny_top_p_are_greedy(kw):
     rng = np.random.default_rng(3)
     logits = rng.standard_normal((16, 40)).astype(np.float32)
-    tok, _ = sample_jit(jnp.asarray(logits), _arrays(16, temperature=1.0, **kw))
+    tok, *_ = sample_jit(jnp.asarray(logits), _arrays(16, temperature=1.0, **kw))
     np.testing.assert_array_equal(np.asarray(tok), logits.argmax(-1))
 
 
 def _draws(probs, n, **kw):
     logits = np.log(np.asarray(probs, np.float32))
     batch = jnp.asarray(np.broadcast_to(logits, (n, len(probs))).copy())
-    tok, _ = sample_jit(batch, _arrays(n, temperature=1.0, seed=7, step=np.arange(n), **kw))
+    tok, *_ = sample_jit(batch, _arrays(n, temperature=1.0, seed=7, step=np.arange(n), **kw))
     return np.bincount(np.asarray(tok), minlength=len(probs)) / n
 
 
@@ -64,9 +64,25 @@ def test_top_k_and_top_p_renormalise_over_the_kept_tokens():
 def test_seed_and_step_determine_the_draw_whatever_the_batch():
     rng = np.random.default_rng(4)
     logits = rng.standard_normal((1, 64)).astype(np.float32)
-    alone, _ = sample_jit(jnp.asarray(logits), _arrays(1, temperature=1.0, seed=123, step=[5]))
+    alone, *_ = sample_jit(jnp.asarray(logits), _arrays(1, temperature=1.0, seed=123, step=[5]))
     others = rng.standard_normal((7, 64)).astype(np.float32)
     batch = jnp.asarray(np.concatenate([others[:3], logits, others[3:]]))
     seeds = np.array([1, 2, 3, 123, 4, 5, 6, 7]); steps = np.array([0, 0, 0, 5, 0, 0, 0, 0])
-    together, _ = sample_jit(batch, _arrays(8, temperature=1.0, seed=seeds, step=steps))
+    together, *_ = sample_jit(batch, _arrays(8, temperature=1.0, seed=seeds, step=steps))
     assert int(alone[0]) == int(together[3])
+
+
+@pytest.mark.parametrize("V", [50, 12])
+def test_top_logprobs_are_the_most_likely_tokens_of_the_model(V):
+    """The K = min(20, V) most likely tokens by the model's logits (not the temperature-scaled
+    ones, and whatever top-k / top-p keep), with their log-softmax values, most likely first."""
+    rng = np.random.default_rng(9)
+    logits = rng.standard_normal((4, V)).astype(np.float32) * 3
+    arr = _arrays(4, temperature=np.array([0.0, 0.5, 1.0, 2.0], np.float32), top_k=np.array([0, 3, 0, 1]),
+                  top_p=np.array([1.0, 1.0, 0.2, 1.0], np.float32))
+    _, _, ids, lps = sample_jit(jnp.asarray(logits), arr)
+    K = min(20, V)
+    ref = logits.astype(np.float64) - np.log(np.exp(logits.astype(np.float64)).sum(-1, keepdims=True))
+    want = np.argsort(-logits, axis=-1, kind="stable")[:, :K]
+    np.testing.assert_array_equal(np.asarray(ids), want)
+    np.testing.assert_allclose(np.asarray(lps), np.take_along_axis(ref, want, -1), atol=1e-5)

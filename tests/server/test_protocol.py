@@ -26,11 +26,15 @@ def test_completion_request_maps_fields_and_extensions():
 @pytest.mark.parametrize("body, field, words", [
     ([1, 2], None, "JSON object"),
     ({"prompt": "x", "max_tokens": True}, "max_tokens", "an integer"),
-    ({"prompt": "x", "best_of": 3}, "best_of", "not supported"),
-    ({"prompt": "x", "echo": True}, "echo", "not supported"),
+    ({"prompt": "x", "best_of": 17}, "best_of", "best_of must be in [n, 16]"),
+    ({"prompt": "x", "n": 2, "best_of": 1}, "best_of", "best_of must be in [n, 16]"),
+    ({"prompt": "x", "best_of": 2, "stream": True}, "best_of", "cannot be streamed"),
+    ({"prompt": "x", "echo": True, "logprobs": 0}, "echo", "prompt log-probabilities"),
+    ({"prompt": "x", "echo": 1}, "echo", "a boolean"),
     ({"prompt": "x", "presence_penalty": 0.5}, "presence_penalty", "not implemented"),
     ({"prompt": []}, "prompt", "prompt must be"),
-    ({"prompt": ["a"] * 5}, "prompt", "at most 4"),
+    ({"prompt": ["a"] * 5}, "prompt", "more than the 4"),
+    ({"prompt": ["a"] * 2, "n": 3}, "prompt", "2 prompts x best_of 3"),
     ({"prompt": "x", "stream_options": {"foo": 1}, "stream": True}, "stream_options", "include_usage"),
 ])
 def test_completion_errors(body, field, words):
