@@ -57,6 +57,9 @@ def main(argv=None) -> int:
     shapes = dict(load_format="dummy", dtype="float32", mesh="tp=1", num_devices=1, max_model_len=1024,
                   num_pages=32 * 12 + 16 * 40 + 64, page_size=16, max_num_seqs=32, max_num_batched_tokens=512,
                   background_compile=False, profile_dir=str(args.workdir / "profiles"))
+    if args.small:  # a few buckets: two engines compiling every bucket of the full shapes (92 each)
+        # ran past the kernel's vm.max_map_count (65,530 memory mappings) and crashed
+        shapes.update(max_model_len=128, num_pages=64, max_num_seqs=8, max_num_batched_tokens=64)
     log = lambda m: print(f"[overlap {time.strftime('%H:%M:%S')}] {m}", flush=True)  # noqa: E731
     load_before = os.getloadavg()
     modes = {"wait for each step": False, "async scheduling": True}

@@ -66,6 +66,16 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+
+def _check_unicode(text: str) -> None:
+    """ValueError naming the first lone UTF-16 surrogate (Python strings may hold one, e.g. from
+    JSON's "\\ud800"; it is not Unicode text, and tokenizers reject it with a TypeError)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"prompt character {e.start} is a lone surrogate U+{ord(text[e.start]):04X}, "
+                         "not Unicode text") from None
+
 class Engine:
     def __init__(self, config: EngineConfig, scheduler_config=None, *, clock: Callable[[], float] = time.monotonic):
         from medha_jax.engine_builder import build_engine_parts
@@ -103,6 +113,7 @@ class Engine:
             if self.tokenizer is None:
                 raise ValueError(f"model {self.config.model!r} has no tokenizer (no tokenizer.json): "
                                  "send the prompt as a list of token ids")
+            _check_unicode(prompt)
             ids = self.tokenizer.encode(prompt)
         elif isinstance(prompt, Sequence) and not isinstance(prompt, (bytes, bytearray)):
             ids = list(prompt)

@@ -30,7 +30,8 @@ log = logging.getLogger(__name__)
 SERVICE_NAME = medha_pb2.DESCRIPTOR.services_by_name["Medha"].full_name
 
 _FIELD_NAMES = {name: f"sampling.{name}" for name in (
-    "max_tokens", "temperature", "top_k", "top_p", "seed", "stop", "stop_token_ids", "ignore_eos", "logprobs")}
+    "max_tokens", "temperature", "top_k", "top_p", "seed", "stop", "stop_token_ids", "ignore_eos", "logprobs",
+    "top_logprobs")}
 _FIELD_NAMES.update(ttft_deadline="slo.ttft_deadline_s", tpot_target="slo.tpot_target_s",
                     priority_class="slo.priority_class", prompt="prompt")
 _FINISH = {"stop": medha_pb2.FINISH_REASON_STOP, "length": medha_pb2.FINISH_REASON_LENGTH,
@@ -70,6 +71,7 @@ async def spec_from_proto(req: medha_pb2.GenerateRequest | RequestError, engine,
         "stop_token_ids": list(s.stop_token_ids),
         "ignore_eos": s.ignore_eos,
         "logprobs": s.logprobs,
+        "top_logprobs": s.top_logprobs,
     }
     sp = build_sampling_params(values, _FIELD_NAMES)
     ttft = req.slo.ttft_deadline_s if req.slo.HasField("ttft_deadline_s") else None
@@ -85,6 +87,8 @@ def response_from_output(out: RequestOutput, with_logprobs: bool) -> medha_pb2.G
     msg = medha_pb2.GenerateResponse(request_id=out.request_id, token_ids=out.new_token_ids, text=out.new_text)
     if with_logprobs and n:
         msg.logprobs.extend(out.logprobs[-n:])
+        for alts in out.new_top_logprobs:
+            msg.top_logprobs.add(token_ids=[t for t, _ in alts], logprobs=[lp for _, lp in alts])
     if out.finished:
         msg.finish_reason = _FINISH.get(out.finish_reason, medha_pb2.FINISH_REASON_UNSPECIFIED)
         if isinstance(out.stop_reason, str):

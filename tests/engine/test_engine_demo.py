@@ -80,6 +80,7 @@ def test_streamed_deltas_add_up_to_the_final_text(llm):
     ([1] * 300, _greedy(4), "max_model_len"),
     ([], _greedy(4), "empty"),
     (["a"], _greedy(4), "not an integer"),
+    ("ok \ud800", _greedy(4), "character 3 is a lone surrogate U\\+D800"),
 ])
 def test_bad_prompts_are_rejected_without_disturbing_running_requests(llm, prompt, params, match):
     eng = llm.engine

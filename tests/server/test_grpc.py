@@ -49,6 +49,23 @@ def test_greedy_text_prompt_equals_python_api(stub, served, reference, prompt):
     served.wait_idle()
 
 
+def test_top_logprobs_equal_the_python_apis(stub, reference):
+    """Per generated token its alternatives, most likely first, as the Python API gives them (which
+    tests/server/test_openai_logprobs.py checks against an independent log-softmax)."""
+    prompt = "alternatives over gRPC"
+    ref = reference(prompt, 5, top_logprobs=3)
+    msgs = generate(stub, text=prompt, sampling=medha_pb2.SamplingParameters(
+        max_tokens=5, temperature=0.0, logprobs=True, top_logprobs=3))
+    got = [list(zip(a.token_ids, a.logprobs)) for m in msgs for a in m.top_logprobs]
+    assert len(got) == 5 and all(len(alts) == 3 for alts in got)
+    assert [[(t, round(lp, 4)) for t, lp in alts] for alts in got] == \
+        [[(t, round(lp, 4)) for t, lp in alts] for alts in ref.top_logprobs]
+    assert [alts[0][0] for alts in got] == ref.token_ids  # greedy: the most likely is the one sampled
+    with pytest.raises(grpc.RpcError) as e:
+        generate(stub, text=prompt, sampling=medha_pb2.SamplingParameters(max_tokens=1, logprobs=True, top_logprobs=21))
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "sampling.top_logprobs" in e.value.details()
+
+
 def test_token_id_prompt_and_stop_token(stub, reference):
     prompt = [256, 72, 105, 33, 10]
     ref = reference(prompt, 6)
