@@ -221,20 +221,28 @@ def finish_reason(out: RequestOutput) -> str | None:
     return out.finish_reason if out.finished else None
 
 
+def token_text(tokenizer, t: int) -> str:
+    """A token as logprobs show it: its text, or "token_id:<id>" for a model without a tokenizer
+    (vLLM's spelling of tokens as ids)."""
+    return tokenizer.decode([t]) if tokenizer is not None else f"token_id:{t}"
+
+
 def completion_logprobs(tokenizer, ids: list[int], logprobs: list[float], offset: int, tops=()) -> dict:
     """The legacy format; `tops` (per token: (id, logprob) pairs, most likely first) become one
-    {token text: logprob} dict per token (None when no alternatives were asked for)."""
-    tokens = [tokenizer.decode([t]) for t in ids]
+    {token text: logprob} dict per token (None when no alternatives were asked for). Without a
+    tokenizer the text is empty, so text offsets stay at `offset`."""
+    tokens = [token_text(tokenizer, t) for t in ids]
     offsets, pos = [], offset
     for t in tokens:
         offsets.append(pos)
-        pos += len(t)
-    top = [{tokenizer.decode([t]): lp for t, lp in alts} for alts in tops] if tops else None
+        pos += len(t) if tokenizer is not None else 0
+    top = [{token_text(tokenizer, t): lp for t, lp in alts} for alts in tops] if tops else None
     return {"tokens": tokens, "token_logprobs": list(logprobs), "top_logprobs": top, "text_offset": offsets}
 
 
 def _chat_token(tokenizer, t: int, lp: float) -> dict:
-    return {"token": tokenizer.decode([t]), "logprob": lp, "bytes": list(tokenizer.token_bytes(t))}
+    raw = list(tokenizer.token_bytes(t)) if tokenizer is not None else None  # unknown without a tokenizer
+    return {"token": token_text(tokenizer, t), "logprob": lp, "bytes": raw}
 
 
 def chat_logprobs(tokenizer, ids: list[int], logprobs: list[float], tops=()) -> dict:

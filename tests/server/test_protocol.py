@@ -111,3 +111,17 @@ def test_chat_on_a_model_without_tokenizer_is_a_request_error():
     text = t.render([{"role": "user", "content": "hi"}])
     with pytest.raises(RequestError, match="no tokenizer"):
         t.encode(text)
+
+
+def test_logprobs_of_a_model_without_tokenizer_name_tokens_by_id():
+    """No tokenizer: tokens show as "token_id:<id>" (vLLM's spelling), text offsets stay put (the
+    text is empty) and chat's raw bytes are unknown (null), instead of an AttributeError."""
+    from server.openai_protocol import chat_logprobs, completion_logprobs
+
+    lp = completion_logprobs(None, [5, 9], [-0.5, -1.0], 0, [[(5, -0.5), (7, -2.0)], [(9, -1.0), (5, -1.5)]])
+    assert lp == {"tokens": ["token_id:5", "token_id:9"], "token_logprobs": [-0.5, -1.0], "text_offset": [0, 0],
+                  "top_logprobs": [{"token_id:5": -0.5, "token_id:7": -2.0}, {"token_id:9": -1.0, "token_id:5": -1.5}]}
+    content = chat_logprobs(None, [5], [-0.5], [[(5, -0.5), (7, -2.0)]])["content"]
+    assert content == [{"token": "token_id:5", "logprob": -0.5, "bytes": None,
+                        "top_logprobs": [{"token": "token_id:5", "logprob": -0.5, "bytes": None},
+                                         {"token": "token_id:7", "logprob": -2.0, "bytes": None}]}]
