@@ -229,14 +229,20 @@ def token_text(tokenizer, t: int) -> str:
 
 def completion_logprobs(tokenizer, ids: list[int], logprobs: list[float], offset: int, tops=()) -> dict:
     """The legacy format; `tops` (per token: (id, logprob) pairs, most likely first) become one
-    {token text: logprob} dict per token (None when no alternatives were asked for). Without a
-    tokenizer the text is empty, so text offsets stay at `offset`."""
+    {token text: logprob} dict per token (None when no alternatives were asked for): ids that
+    decode alike (specials to "", lone UTF-8 bytes to U+FFFD) share a key, which keeps the most
+    likely one's value. Without a tokenizer the text is empty, so text offsets stay at `offset`."""
     tokens = [token_text(tokenizer, t) for t in ids]
     offsets, pos = [], offset
     for t in tokens:
         offsets.append(pos)
         pos += len(t) if tokenizer is not None else 0
-    top = [{token_text(tokenizer, t): lp for t, lp in alts} for alts in tops] if tops else None
+    top = None
+    if tops:
+        top = [{} for _ in tops]
+        for d, alts in zip(top, tops):
+            for t, lp in alts:  # most likely first: the first of a shared text stays
+                d.setdefault(token_text(tokenizer, t), lp)
     return {"tokens": tokens, "token_logprobs": list(logprobs), "top_logprobs": top, "text_offset": offsets}
 
 

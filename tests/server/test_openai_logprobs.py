@@ -47,15 +47,15 @@ def truth(reference):
 
 def _check(truth, sampled_lps, tops):
     """The legacy format keys alternatives by their text, so ids that decode alike (specials to "",
-    lone UTF-8 bytes to U+FFFD) share one entry: each text holds the last of its ids' values."""
+    lone UTF-8 bytes to U+FFFD) share one entry: each text holds its most likely id's value."""
     tok, rows = truth
     assert len(sampled_lps) == len(tops) == NEW
     for (t, ls), lp, top in zip(rows, sampled_lps, tops):
         order = np.argsort(-ls)[:TOP]
         assert lp == pytest.approx(ls[t], abs=1e-4)
         want = {}
-        for i in order:  # most likely first, so a repeated text keeps its least likely id's value
-            want[tok.decode([int(i)])] = ls[i]
+        for i in order:  # most likely first: a repeated text keeps its first (most likely) value
+            want.setdefault(tok.decode([int(i)]), ls[i])
         assert list(top) == list(want)
         np.testing.assert_allclose(list(top.values()), list(want.values()), atol=1e-4)
 
