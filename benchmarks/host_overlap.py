@@ -113,7 +113,7 @@ def main(argv=None) -> int:
     name = args.name or ("host_overlap_small" if args.small else "host_overlap")
     report = dict(run_info("host_overlap.py", argv, load_before), model=cfg, shapes=shapes, repeats=args.repeats,
                   rows=rows, start_s=start_s)
-    lines = [f"# Device idle between iterations: waiting for each step vs asynchronous scheduling", "",
+    lines = ["# Device idle between iterations: waiting for each step vs asynchronous scheduling", "",
              f"{provenance(report)} Model: random Llama, "
              f"{cfg['num_hidden_layers']} layers, hidden {cfg['hidden_size']}, vocab {V}, float32; default "
              f"policy, max_num_batched_tokens 512, max_num_seqs 32, every bucket compiled before timing. Median "

@@ -143,6 +143,8 @@ def conversation_section(rows: dict, duration: float) -> list[str]:
         f"### Where the default policy ({DEFAULT}) loses (prefix cache on for all)", "", conversation_losses(rows), "",
         markdown_table(rows), "", reuse_table(rows)]
 
+
+def _capacity(task):
     mix, policy, duration, hi = task
     return mix, policy, capacity(_exp(), policy, WorkloadSpec(duration=duration, long_fraction=mix, seed=SEED),
                                  lo=0.05, hi=hi, rel_tol=0.1)

@@ -121,3 +121,13 @@ def reference():
 
     greedy.llm = llm
     return greedy
+
+
+@pytest.fixture(scope="module")
+def client(served):
+    """The official `openai` client on the served HTTP front end."""
+    import openai
+
+    c = openai.OpenAI(base_url=served.http_url + "/v1", api_key="unused", max_retries=0, timeout=60)
+    yield c
+    c.close()

@@ -14,13 +14,6 @@ SEED = 1234
 
 
 @pytest.fixture(scope="module")
-def client(served):
-    c = openai.OpenAI(base_url=served.http_url + "/v1", api_key="unused", max_retries=0, timeout=60)
-    yield c
-    c.close()
-
-
-@pytest.fixture(scope="module")
 def samples(reference):
     """The Python API's seeded samples of PROMPT: seed SEED + j for j < 4."""
     sps = [SamplingParams(max_tokens=8, temperature=1.0, seed=SEED + j) for j in range(4)]

@@ -13,13 +13,6 @@ PROMPTS = ["Hello world", "The quick brown fox"]
 
 
 @pytest.fixture(scope="module")
-def client(served):
-    c = openai.OpenAI(base_url=served.http_url + "/v1", api_key="unused", max_retries=0, timeout=30)
-    yield c
-    c.close()
-
-
-@pytest.fixture(scope="module")
 def http(served):
     with httpx.Client(base_url=served.http_url, timeout=30) as c:
         yield c

@@ -20,13 +20,6 @@ PROMPT = "Alternatives at every step: "
 NEW, TOP = 5, 4
 
 
-@pytest.fixture(scope="module")
-def client(served):
-    c = openai.OpenAI(base_url=served.http_url + "/v1", api_key="unused", max_retries=0, timeout=60)
-    yield c
-    c.close()
-
-
 def _log_softmax_after(prefix: list[int]) -> np.ndarray:
     mesh = make_mesh({"tp": 1}, devices=jax.devices()[:1])
     _, params, _ = load_demo(mesh, seed=EngineConfig().seed)  # the engine seeds the demo's weights
