@@ -66,7 +66,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-
 def _check_unicode(text: str) -> None:
     """ValueError naming the first lone UTF-16 surrogate (Python strings may hold one, e.g. from
     JSON's "\\ud800"; it is not Unicode text, and tokenizers reject it with a TypeError)."""
@@ -75,6 +74,7 @@ def _check_unicode(text: str) -> None:
     except UnicodeEncodeError as e:
         raise ValueError(f"prompt character {e.start} is a lone surrogate U+{ord(text[e.start]):04X}, "
                          "not Unicode text") from None
+
 
 class Engine:
     def __init__(self, config: EngineConfig, scheduler_config=None, *, clock: Callable[[], float] = time.monotonic):

@@ -140,10 +140,11 @@ class _Pages:
         """Pages cols i32[..., bp] -> (k, v f32[..., bp*page, KVH, Dh], key scales f32[..., bp*page, KVH]
         or None): values as stored (fp8 converted, not scaled)."""
         shape = cols.shape[:-1] + (cols.shape[-1] * self.page,) + self.k.shape[2:]
+        # fp8: gathered as bytes, converted per block
+        convert = (lambda a: a.astype(jnp.float32)) if self.ks is None else kv_quant.to_float  # noqa: E731
+        k, v = convert(self.k[cols].reshape(shape)), convert(self.v[cols].reshape(shape))
         if self.ks is None:
-            return self.k[cols].reshape(shape).astype(jnp.float32), self.v[cols].reshape(shape).astype(jnp.float32), None, None
-        k = kv_quant.to_float(self.k[cols].reshape(shape))  # gathered as bytes, converted per block
-        v = kv_quant.to_float(self.v[cols].reshape(shape))
+            return k, v, None, None
         return k, v, kv_quant.key_scales(self.ks, cols, self.page), kv_quant.key_scales(self.vs, cols, self.page)
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import time
@@ -143,14 +144,14 @@ class OpenAIServer:
         streams = []
         try:
             for ids in prompts_ids:
+                values = dict(parsed.sampling, logprobs=parsed.logprobs or parsed.best_of > parsed.n,
+                              top_logprobs=parsed.top_logprobs)
+                if values["max_tokens"] is None and parsed.messages is not None:
+                    values["max_tokens"] = self._default_max_tokens(len(ids))
+                sp = build_sampling_params(values)
                 for j in range(parsed.best_of):
-                    values = dict(parsed.sampling, logprobs=parsed.logprobs or parsed.best_of > parsed.n,
-                                  top_logprobs=parsed.top_logprobs)
-                    if values["seed"] is not None:
-                        values["seed"] += j
-                    if values["max_tokens"] is None and parsed.messages is not None:
-                        values["max_tokens"] = self._default_max_tokens(len(ids))
-                    sp = build_sampling_params(values)
+                    if j and sp.seed is not None:
+                        sp = dataclasses.replace(sp, seed=sp.seed + 1)
                     streams.append(await self.ae.add_request(ids, sp, ttft_deadline=parsed.ttft_deadline,
                                                              priority_class=parsed.priority,
                                                              tpot_target=parsed.tpot_target))
@@ -190,16 +191,17 @@ class OpenAIServer:
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         echo = self._echo_texts(parsed, prompts_ids) if parsed.echo else None
         if parsed.stream:
-            return await self._stream(request, rid, parsed, streams, chat, echo)
+            return await self._stream(request, rid, parsed, streams, chat, echo, sum(map(len, prompts_ids)))
         try:
             finals = await _collect_finals(streams)
         except RequestFailedError as e:
             return self._fail(e)
         tok = self.ae.engine.tokenizer
         choices = P.best_choices(finals, parsed.n, parsed.best_of)
+        u = P.usage(sum(map(len, prompts_ids)), sum(len(o.token_ids) for o in finals))  # each prompt once
         if chat:
-            return web.json_response(P.chat_response(rid, self.model_name, choices, tok, parsed.logprobs), dumps=_dumps)
-        u = P.usage(sum(len(ids) for ids in prompts_ids), sum(len(o.token_ids) for o in finals))
+            return web.json_response(P.chat_response(rid, self.model_name, choices, tok, parsed.logprobs, u),
+                                     dumps=_dumps)
         return web.json_response(P.completion_response(rid, self.model_name, choices, tok, parsed.logprobs, u, echo),
                                  dumps=_dumps)
 
@@ -211,7 +213,7 @@ class OpenAIServer:
         return [t for t in texts for _ in range(parsed.n)]
 
     async def _stream(self, request, rid, parsed: P.OpenAIRequest, streams, chat: bool,
-                      echo: list[str] | None) -> web.StreamResponse:
+                      echo: list[str] | None, prompt_tokens: int) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                                            "X-Accel-Buffering": "no"})
         try:
@@ -224,7 +226,6 @@ class OpenAIServer:
         created = int(time.time())
         obj = "chat.completion.chunk" if chat else "text_completion"
         emitted = [len(e) for e in echo] if echo else [0] * len(streams)  # characters streamed per choice (text_offset)
-        prompt_tokens = sum(len(s.prompt_token_ids) for s in streams[::parsed.n])  # each prompt once
         completion_tokens = 0
 
         async def send(obj_):

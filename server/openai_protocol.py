@@ -292,7 +292,8 @@ def completion_chunk(rid: str, model: str, created: int, index: int, text: str, 
             "choices": [{"index": index, "text": text, "logprobs": logprobs, "finish_reason": reason}]}
 
 
-def chat_response(rid: str, model: str, outs: list[RequestOutput], tokenizer, want_logprobs: bool) -> dict:
+def chat_response(rid: str, model: str, outs: list[RequestOutput], tokenizer, want_logprobs: bool,
+                  usage_: dict) -> dict:
     choices = []
     for i, out in enumerate(outs):
         lp = chat_logprobs(tokenizer, out.token_ids, out.logprobs, out.top_logprobs) if want_logprobs else None
@@ -300,7 +301,7 @@ def chat_response(rid: str, model: str, outs: list[RequestOutput], tokenizer, wa
                         "finish_reason": out.finish_reason})
     return {
         "id": rid, "object": "chat.completion", "created": int(time.time()), "model": model, "choices": choices,
-        "usage": usage(len(outs[0].prompt_token_ids), sum(len(o.token_ids) for o in outs)), "system_fingerprint": None,
+        "usage": usage_, "system_fingerprint": None,
     }
 
 

@@ -29,18 +29,14 @@ import torch
 from tokenizers import Tokenizer
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from make_golden import VARIANTS, greedy  # tools/ is the script's directory, so first on sys.path
+
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "tests" / "data" / "tiny-llama3"
 OUT = ROOT / "tests" / "data" / "tiny-llama3-trained"
-CONFIG = dict(
-    vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=4,
-    num_attention_heads=4, num_key_value_heads=2, head_dim=64,
-    max_position_embeddings=8192, rms_norm_eps=1e-5, tie_word_embeddings=False,
-    rope_theta=500000.0,
-    rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
-                      high_freq_factor=4.0, original_max_position_embeddings=1024),
-    bos_token_id=0, eos_token_id=[1, 2],
-)
+# make_golden.py's tiny-llama3 (llama3 rope, GQA over 2 kv heads, untied), wider and deeper
+CONFIG = {**VARIANTS["tiny-llama3"][0], "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 4,
+          "num_attention_heads": 4, "head_dim": 64}
 PROMPT_LENGTHS = [8, 40, 200, 600, 1500]
 
 
@@ -48,15 +44,6 @@ def corpus_ids(tok: Tokenizer) -> np.ndarray:
     files = sorted(ROOT.glob("*.md")) + sorted((ROOT / "docs").glob("*.md")) + sorted((ROOT / "medha_jax").rglob("*.py"))
     text = "\n\n".join(f.read_text(errors="replace") for f in files)
     return np.asarray(tok.encode(text, add_special_tokens=False).ids, np.int64)
-
-
-def greedy(model, ids: list[int], new_tokens: int) -> tuple[list[int], float]:
-    x = torch.tensor([ids])
-    with torch.no_grad():
-        out = model.generate(x, attention_mask=torch.ones_like(x), do_sample=False, max_new_tokens=new_tokens,
-                             min_new_tokens=new_tokens, output_scores=True, return_dict_in_generate=True)
-    margin = min(float(torch.topk(s[0].float(), 2).values.diff().abs()) for s in out.scores)
-    return out.sequences[0, len(ids):].tolist(), margin
 
 
 def main() -> None:
@@ -119,7 +106,7 @@ def write_golden(model, tok, held, rng, new_tokens: int, steps: int, held_loss: 
     for n in PROMPT_LENGTHS:
         start = int(rng.integers(0, len(held) - n))
         p = [CONFIG["bos_token_id"]] + held[start:start + n - 1].tolist()
-        cont, margin = greedy(model, p, new_tokens)
+        _, cont, margin = greedy(model, p, new_tokens)
         prompts.append({"token_ids": p, "greedy": cont, "min_margin": margin})
         print(f"prompt {n}: margin {margin:.3f}: {tok.decode(cont)!r}")
     golden = {"variant": OUT.name, "steps": steps, "held_out_loss": held_loss, "new_tokens": new_tokens,

@@ -33,15 +33,12 @@ import jax.numpy as jnp
 
 from pallas_kernels import kv_quant
 
+
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class QuantizedPages:
     values: jax.Array  # u8[Ll, N, page, K, Dh]: float8_e4m3fn bits
     scales: jax.Array  # f32[Ll, N, 1, K, 1]
-
-    @property
-    def shape(self):
-        return self.values.shape
 
 
 def zeros(shape: tuple[int, ...], dtype):

@@ -37,10 +37,14 @@ HEADER = ("| policy | short TTFT P50 / P90 / P99 (s) | long TTFT P50 / P90 / P99
           "|---|---|---|---|---|---|---|---|")
 
 
+def _ttft(g: dict) -> str:
+    """A class's TTFT P50 / P90 / P99 in seconds."""
+    return f"{_f(g['ttft_p50'])} / {_f(g['ttft_p90'])} / {_f(g['ttft_p99'])}"
+
+
 def markdown_row(name: str, s: dict) -> str:
     sh, lo, al = s["short"], s["long"], s["all"]
-    ttft = lambda g: f"{_f(g['ttft_p50'])} / {_f(g['ttft_p90'])} / {_f(g['ttft_p99'])}"  # noqa: E731
-    return (f"| {name} | {ttft(sh)} | {ttft(lo)} | {_f(al['tpot_p50'] * 1e3, 1)} / {_f(al['tpot_p99'] * 1e3, 1)} "
+    return (f"| {name} | {_ttft(sh)} | {_ttft(lo)} | {_f(al['tpot_p50'] * 1e3, 1)} / {_f(al['tpot_p99'] * 1e3, 1)} "
             f"| {_pct(sh['deadline_miss_rate'])} / {_pct(lo['deadline_miss_rate'])} "
             f"| {sh['first_token']}/{sh['requests']} / {lo['first_token']}/{lo['requests']} "
             f"| {al['completed']}/{al['requests']} | {_f(al['throughput_rps'], 3)} |")
@@ -58,7 +62,7 @@ REUSE_HEADER = ("| policy | prefix cache | follow-up TTFT P50 / P90 / P99 (s) | 
 def reuse_row(name: str, s: dict) -> str:
     """Prefix reuse of one run: needs the summary's "device" entry (Experiment.run)."""
     fu, al, dev = s.get("follow_up"), s["all"], s["device"]
-    ttft = "-" if fu is None else f"{_f(fu['ttft_p50'])} / {_f(fu['ttft_p90'])} / {_f(fu['ttft_p99'])}"
+    ttft = "-" if fu is None else _ttft(fu)
     miss = "-" if fu is None else _pct(fu["deadline_miss_rate"])
     firsts = "-" if fu is None else f"{fu['first_token']}/{fu['requests']}"
     share = al["cached_tokens"] / al["prompt_tokens"] if al["prompt_tokens"] else math.nan
