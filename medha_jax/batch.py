@@ -34,6 +34,9 @@ class ScheduledSeq:
     samples: bool
     """Whether this iteration reaches the end of the request's tokens, so a token is sampled
     (fixed when the batch is formed: start_pos + num_tokens == request.num_tokens)."""
+    num_rows: int = 1
+    """Logits rows the step computes for it: one per token for a chunk of a prompt being scored
+    (`SamplingParams.prompt_logprobs`), else one (its last token's)."""
 
     @property
     def request_id(self) -> str:
@@ -65,6 +68,8 @@ class ScheduledBatch:
     """Requests whose pages were freed while forming this batch (for records and metrics)."""
     tokens_pending: bool = False
     """Set by `Scheduler.on_batch_done`: its sampled tokens were left pending on the device."""
+    num_rows: int = 0
+    """Logits rows of all its sequences (kept by `Scheduler.add_seq`; at most max_num_seqs)."""
 
     @property
     def num_tokens(self) -> int:

@@ -69,6 +69,12 @@ class EngineConfig:
     """Keep full KV pages indexed by their tokens (and everything before them): a request whose
     prompt starts like an earlier one's reuses those pages and prefills only the rest. Freed
     cached pages stay reusable until memory is needed (least recently freed evicted first)."""
+    swap_space_gb: float | None = None
+    """Host memory, in GB, for KV pages evicted from the device (swap space): an evicted cached
+    page is copied there, and a request that needs it again (a preempted one resuming, a repeated
+    prefix) gets it copied back instead of recomputed; least recently used pages are dropped when
+    it is full. Needs prefix caching; 0 turns it off. Default: 4 with prefix caching on a single
+    process, else 0."""
     async_scheduling: bool = True
     """Form and launch step n+1 while step n runs on the device (spp == 1): scheduling, packing and
     detokenizing overlap the device, and the token step n samples feeds step n+1 on the device.
@@ -106,6 +112,14 @@ class EngineConfig:
             raise ValueError(f"num_pages must be >= 2, got {self.num_pages}")
         if self.kv_cache_memory_gb is not None and self.kv_cache_memory_gb <= 0:
             raise ValueError(f"kv_cache_memory_gb must be > 0, got {self.kv_cache_memory_gb}")
+        if self.swap_space_gb is not None:
+            if not self.swap_space_gb >= 0 or self.swap_space_gb == float("inf"):
+                raise ValueError(f"swap_space_gb must be a finite number >= 0, got {self.swap_space_gb}")
+            if self.swap_space_gb > 0 and not self.enable_prefix_caching:
+                raise ValueError("swap_space_gb > 0 needs enable_prefix_caching: the host tier keeps the pages the "
+                                 "prefix cache evicts")
+            if self.swap_space_gb > 0 and self.multihost:
+                raise ValueError("swap_space_gb > 0 is not supported on a multi-host mesh (set it to 0)")
         if self.max_model_len is not None and self.max_model_len < 2:
             raise ValueError(f"max_model_len must be >= 2, got {self.max_model_len}")
         if self.max_tokens_per_kvp_group is not None and (

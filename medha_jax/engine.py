@@ -3,6 +3,8 @@
   add_request (any thread) --validate--> pending queue
   step():  drain pending adds/aborts into the Scheduler
            Scheduler.schedule(now)          -> ScheduledBatch (pure Python; may be empty)
+           KVCacheManager.take_swap_ops()   -> Executor.swap: host-tier page copies the schedule
+                                               issued (evicted pages saved, matched ones restored)
            StepInput.from_batch(batch)      -> the self-contained copy the executor reads
            Executor.tick(step input)        -> it enters pipeline stage 0; the one fed spp-1
                                                ticks ago leaves the last stage with one sampled
@@ -40,6 +42,7 @@ leaves the others running.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import itertools
 import logging
@@ -101,7 +104,7 @@ class Engine:
         self._streams: dict[str, OutputStream] = {}  # per live request: its text and outputs
         self._in_pipeline: deque[tuple[ScheduledBatch, StepInput]] = deque()  # fed, tokens not out yet
         self._async = config.async_scheduling and self.executor.depth == 1
-        self._launched: tuple[ScheduledBatch, Launched, float] | None = None  # async: on the device, not read
+        self._launched: tuple[ScheduledBatch, StepInput, Launched, float] | None = None  # async: on the device, not read
         self.num_iterations = 0
         self.last_iteration_time: float | None = None
         gc.freeze()  # long-lived params/tables out of the collector's walks: no multi-ms pauses mid-iteration
@@ -153,6 +156,9 @@ class Engine:
         if sp.stop and self.tokenizer is None:
             raise ValueError(f"stop strings need a tokenizer and model {self.config.model!r} has none; "
                              "use stop_token_ids")
+        if sp.prompt_logprobs is not None and self.scheduler.config.policy == "fcfs_nonchunked":
+            raise ValueError("prompt_logprobs needs a chunked scheduler (a scored prompt has a logits row per "
+                             "token, at most max_num_seqs per step); fcfs_nonchunked runs whole prompts")
         if ttft_deadline is not None and not ttft_deadline > 0:
             raise ValueError(f"ttft_deadline must be > 0 seconds, got {ttft_deadline!r}")
         if tpot_target is not None and not tpot_target > 0:
@@ -196,7 +202,10 @@ class Engine:
                            buckets_total=self.executor.num_buckets,
                            padded_ticks=self.executor.padded_ticks,
                            prefix_queried_tokens=kv.prefix.queried_tokens if kv.prefix is not None else 0,
-                           prefix_hit_tokens=kv.prefix.hit_tokens if kv.prefix is not None else 0)
+                           prefix_hit_tokens=kv.prefix.hit_tokens if kv.prefix is not None else 0,
+                           **({} if kv.host is None else dict(
+                               host_kv_pages=kv.host.num_slots, host_kv_pages_used=len(kv.host),
+                               swapped_out_pages=kv.host.saved_pages, swapped_in_pages=kv.host.restored_pages)))
 
     # ---- the loop ------------------------------------------------------------------------
     def has_unfinished(self) -> bool:
@@ -210,12 +219,16 @@ class Engine:
         with HostWork():
             batch = self.scheduler.schedule(self.clock())
             ex = self.executor
-            if batch.is_empty and ex.idle:
+            swaps = self.kv_manager.take_swap_ops()
+            if batch.is_empty and ex.idle and not swaps:
                 return outs
             fed = None if batch.is_empty else StepInput.from_batch(batch)
         collect_due()  # before the device step rather than inside scheduling
         t0 = time.perf_counter()
         try:
+            ex.swap(swaps)  # host-tier page copies this schedule issued, before the step reads the pages
+            if batch.is_empty and ex.idle:
+                return outs
             done, result = ex.tick(fed)
         except Exception as e:  # noqa: BLE001 - one bad iteration must not take the server down
             return outs + self._fail([batch], e)
@@ -231,7 +244,7 @@ class Engine:
         left, left_input = self._in_pipeline.popleft()
         if left_input is not done:
             raise RuntimeError("the executor returned a step other than the oldest one in its pipeline")
-        return outs + self._update(left, result, now)
+        return outs + self._update(left, left_input, result, now)
 
     def _step_overlapped(self) -> list[RequestOutput]:
         """Asynchronous scheduling (spp == 1): launch step n+1, then wait for step n's tokens.
@@ -247,19 +260,23 @@ class Engine:
         with HostWork():  # no collector pass inside scheduling and packing
             batch = sched.schedule(self.clock())
             launched, launch_error, t_launch = None, None, 0.0
-            if not batch.is_empty:
-                sampled_at = {} if prev is None else {s.request_id: i for i, s in enumerate(prev[0].seqs) if s.samples}
+            swaps = self.kv_manager.take_swap_ops()
+            if not batch.is_empty or swaps:
                 try:
-                    fed = StepInput.from_batch(batch, sampled_at)
-                    t_launch = time.perf_counter()
-                    launched = self.executor.launch(fed)
+                    self.executor.swap(swaps)  # host-tier page copies, before the step that reads the pages
+                    if not batch.is_empty:
+                        sampled_at = ({} if prev is None else  # request -> its sampling row in step n
+                                      {s.request_id: r for s, r in zip(prev[1].seqs, prev[1].last_rows()) if s.samples})
+                        fed = StepInput.from_batch(batch, sampled_at)
+                        t_launch = time.perf_counter()
+                        launched = self.executor.launch(fed)
                 except Exception as e:  # noqa: BLE001 - one bad iteration must not take the server down
                     launch_error = e
             elif prev is None:
                 return []
         outs, start = [], t_launch
         if prev is not None:
-            p_batch, p_launched, p_start = prev
+            p_batch, p_fed, p_launched, p_start = prev
             collect_due()  # while step n+1 is queued behind step n: time the host would wait anyway
             try:
                 result = p_launched.result()
@@ -270,25 +287,34 @@ class Engine:
             self.num_iterations += 1
             now = self.clock()
             sched.record(p_batch, now, t_done - p_start)
-            outs = self._update(p_batch, result, now)
+            outs = self._update(p_batch, p_fed, result, now)
             start = max(t_launch, t_done)  # the device starts the new step once the previous one is done
         if launch_error is not None:
             return outs + self._fail([batch], launch_error)
         if launched is not None:
             sched.on_batch_done(batch, self.clock(), tokens_pending=True, record=False)
-            self._launched = (batch, launched, start)
+            self._launched = (batch, fed, launched, start)
         return outs
 
-    def _update(self, batch: ScheduledBatch, result, now: float) -> list[RequestOutput]:
-        """The batch's tokens came out: the scheduler appends them and finishes who stops."""
+    def _update(self, batch: ScheduledBatch, fed: StepInput, result, now: float) -> list[RequestOutput]:
+        """The batch's tokens came out: the scheduler appends them (and any prompt scores) and
+        finishes who stops. `result` is per logits row; each sequence samples at its last row."""
         got: list[Request] = []
 
         def on_token(req: Request, tok: int, special: bool) -> str | None:
             got.append(req)
             return self._streams[req.request_id].on_token(tok, special)
 
+        last = fed.last_rows()
+        scores = {i: (result.logprobs[r - s.num_rows + 1: r + 1], result.top_ids[r - s.num_rows + 1: r + 1],
+                      result.top_logprobs[r - s.num_rows + 1: r + 1])
+                  for i, (s, r) in enumerate(zip(fed.seqs, last)) if s.targets}
+        if len(last) != fed.num_rows:  # some rows score a prompt: one row per sequence for the tokens
+            result = dataclasses.replace(result, token_ids=result.token_ids[last], logprobs=result.logprobs[last],
+                                         top_ids=result.top_ids[last], top_logprobs=result.top_logprobs[last])
         self.scheduler.update_from_output(batch, result.token_ids, now, logprobs=result.logprobs,
-                                          top_logprobs=(result.top_ids, result.top_logprobs), on_token=on_token)
+                                          top_logprobs=(result.top_ids, result.top_logprobs),
+                                          prompt_scores=scores or None, on_token=on_token)
         outs = []
         for req in got:
             outs.append(self._streams[req.request_id].output([req.output_token_ids[-1]]))
@@ -340,6 +366,7 @@ class Engine:
         log.error("iteration failed; failing the requests of %d batch(es)", len(batches), exc_info=err)
         ex.reset_pipeline()
         self.kv_manager.clear_prefix_cache()  # pages the failed step should have written are not trusted
+        ex.forget_swaps()  # the host tier went with it
         if ex.kv_cache_lost():
             # The donated cache died with the failed step: every cached request recomputes.
             ex.reset_kv_cache()

@@ -26,6 +26,7 @@ from medha_jax.executor import multihost
 from medha_jax.executor.executor import Executor
 from medha_jax.kv_cache_manager import KVCacheManager
 from medha_jax.mesh import make_mesh, mesh_size, parse_mesh
+from medha_jax.model import sharding
 from medha_jax.model.loading import load_model
 from medha_jax.model.sharded_forward import kv_cache_bytes_per_page
 from medha_jax.runtime_profiler import get_predictor
@@ -83,6 +84,25 @@ def _enable_compilation_cache(path: str | None) -> None:
 
 def _jnp_dtype(name: str):
     return jax.numpy.float32 if name == "float32" else jax.numpy.bfloat16
+
+
+DEFAULT_SWAP_SPACE_GB = 4.0
+
+
+def _host_slots(config: EngineConfig, model_config, mesh, page: int) -> int:
+    """Pages of the host KV tier: swap_space_gb over the bytes of one whole page (every layer and
+    head, K and V: what one device holds of it times tp x spp)."""
+    gb = config.swap_space_gb
+    if gb is None:
+        gb = DEFAULT_SWAP_SPACE_GB if config.enable_prefix_caching and jax.process_count() == 1 else 0.0
+    if gb == 0:
+        return 0
+    lay = sharding.layout(model_config, mesh)
+    per_page = kv_cache_bytes_per_page(model_config, mesh, page, _kv_dtype(config)) * lay.tp * lay.spp
+    slots = int(gb * 1e9 // per_page)
+    if slots < 1:
+        raise ValueError(f"swap_space_gb={gb} holds no KV page ({per_page} bytes each)")
+    return slots
 
 
 def _kv_dtype(config: EngineConfig):
@@ -143,8 +163,9 @@ def build_device_side(config: EngineConfig, scfg: SchedulerConfig) -> DeviceSide
         if config.mesh.strip().startswith(PRESET_PREFIX):
             group_tokens = min(load_preset(config.mesh.strip()).max_tokens_per_kvp_group or group_tokens, group_tokens)
     kvp = mesh_spec["kvp"]
+    host_slots = _host_slots(config, model_config, mesh, page)
     kv_manager = KVCacheManager(pages_per_group, page, kvp=kvp, max_tokens_per_kvp_group=group_tokens,
-                                prefix_caching=config.enable_prefix_caching)  # validates
+                                prefix_caching=config.enable_prefix_caching, host_slots=host_slots)  # validates
 
     ladders = BucketLadders.build(
         max_tokens=max_model_len if scfg.policy == "fcfs_nonchunked" else scfg.max_num_batched_tokens,
@@ -159,7 +180,7 @@ def build_device_side(config: EngineConfig, scfg: SchedulerConfig) -> DeviceSide
         model_config, params, mesh, total_pages=pages_per_group * kvp, page_size=page,
         kv_dtype=_kv_dtype(config), ladders=ladders,
         attention_fn=resolve_attention_backend(config.attention_backend),
-        group_tokens=group_tokens, channel=multihost.Channel() if leader else None,
+        group_tokens=group_tokens, channel=multihost.Channel() if leader else None, host_slots=host_slots,
     )
     if config.warmup:  # a multi-host follower replays the leader's buckets: it compiles them all first
         executor.warmup(progress=True, background=config.background_compile and jax.process_index() == 0)

@@ -37,3 +37,11 @@ class EngineStats:
     """Prompt tokens looked up in the prefix cache (0 with prefix caching off)."""
     prefix_hit_tokens: int = 0
     """Of those, tokens whose KV came from the cache."""
+    host_kv_pages: int = 0
+    """KV pages the host tier (swap space) can hold (0: no host tier)."""
+    host_kv_pages_used: int = 0
+    """Of those, pages holding KV now."""
+    swapped_out_pages: int = 0
+    """KV pages copied device -> host so far (evicted from the device prefix cache)."""
+    swapped_in_pages: int = 0
+    """KV pages copied host -> device so far (restored instead of recomputed)."""

@@ -18,12 +18,16 @@ gives a request that holds no pages the longest run of cached full pages equal t
 tokens (shared, refcounted, at least one token left to compute) and returns how many tokens they
 cover; `peek_prefix(request)` says how many that would be now without taking anything;
 `commit(request)` indexes the request's pages that are full and computed; freed cached pages are
-parked, still reusable by content, until an allocation needs them.
+parked, still reusable by content, until an allocation needs them. With a host tier
+(`host_slots` > 0, `host_page_store.HostPageStore`) an evicted page's KV is copied to host memory
+and a later match copies it back: `take_swap_ops()` hands the engine those copies, which must run
+before the next model step. A preempted request so resumes from its last full page.
 Pure Python, no JAX.
 """
 
 from __future__ import annotations
 
+from medha_jax.host_page_store import HostPageStore, SwapOp
 from medha_jax.page_allocator import OutOfPagesError, PageAllocator
 from medha_jax.prefix_cache import PrefixCache
 from medha_jax.request import Request
@@ -37,6 +41,7 @@ class KVCacheManager:
         kvp: int = 1,
         max_tokens_per_kvp_group: int | None = None,
         prefix_caching: bool = False,
+        host_slots: int = 0,
     ):
         for name, v in (("num_pages_per_group", num_pages_per_group), ("page_size", page_size), ("kvp", kvp)):
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -64,8 +69,14 @@ class KVCacheManager:
         """request_id -> page tables (read-only outside this class; `page_tables` is the API)."""
         self.covered: dict[str, int] = {}
         """request_id -> positions its pages can hold (read-only; lets hot loops skip a call)."""
+        if host_slots and not prefix_caching:
+            raise ValueError("a host KV tier (swap space) needs prefix caching: it keeps the pages the prefix "
+                             "cache evicts; enable prefix caching or set the swap space to 0")
+        self.host: HostPageStore | None = HostPageStore(host_slots) if host_slots else None
+        """Host-memory tier of the prefix cache (swap space), or None."""
         self.prefix: PrefixCache | None = (
-            PrefixCache(page_size, max_tokens_per_kvp_group // page_size, self.allocators) if prefix_caching else None)
+            PrefixCache(page_size, max_tokens_per_kvp_group // page_size, self.allocators, self.host)
+            if prefix_caching else None)
 
     # ---- capacity --------------------------------------------------------------------------
     @property
@@ -205,16 +216,15 @@ class KVCacheManager:
         """Give a request that holds no pages the cached pages of its longest cached prefix (whole
         pages, leaving at least one token to compute); returns the tokens they cover (0 without
         prefix caching or a hit). The caller sets `num_computed_tokens` to it."""
-        if self.prefix is None or request.request_id in self.tables:
-            return 0
+        if self.prefix is None or request.request_id in self.tables or request.sampling_params.prompt_logprobs is not None:
+            return 0  # a prompt being scored needs logits at every position: it computes them all
         known = request.prompt_len + len(request.output_token_ids)
         tokens = request.token_ids_slice(0, known)
-        hits = self.prefix.match(request.request_id, tokens, (known - 1) // self.page_size)
+        hits = self.prefix.match(request.request_id, tokens, (known - 1) // self.page_size)  # taken for it
         if not hits:
             return 0
         tables: list[list[int]] = []
         for g, page in hits:
-            self.allocators[g].acquire(page)
             if g == len(tables):
                 tables.append([])
             tables[g].append(page)
@@ -226,7 +236,7 @@ class KVCacheManager:
     def peek_prefix(self, request: Request) -> int:
         """Tokens `match_prefix` would give the request now (0 without prefix caching); takes no
         pages and counts nothing. Costs one hash per cached page (and one for the first miss)."""
-        if self.prefix is None:
+        if self.prefix is None or request.sampling_params.prompt_logprobs is not None:
             return 0
         known = request.prompt_len + len(request.output_token_ids)
         return self.prefix.peek(request.token_ids_slice(0, known), (known - 1) // self.page_size) * self.page_size
@@ -246,6 +256,11 @@ class KVCacheManager:
         ps = self.page_size
         prefix.register(request.request_id, request.token_ids_slice(done * ps, full * ps), full,
                         lambda i: (i // per, tables[i // per][i % per]))
+
+    def take_swap_ops(self) -> list[SwapOp]:
+        """Device <-> host page copies issued since the last call, in order; the engine runs them
+        before the next model step ([] without a host tier)."""
+        return self.host.take_ops() if self.host is not None else []
 
     def clear_prefix_cache(self) -> None:
         """Forget every cached page's content (after the device KV cache was reset or a step failed)."""

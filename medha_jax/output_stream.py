@@ -20,10 +20,22 @@ class OutputStream:
     def __init__(self, tokenizer, request: Request):
         self.request = request
         self.text = IncrementalText(tokenizer, stop=request.sampling_params.stop, prompt_ids=request.prompt_token_ids)
+        self._scores: dict | None = None
 
     def on_token(self, token: int, special: bool) -> str | None:
         """The scheduler appended `token`: detokenize it; returns the stop string it completed."""
         return self.text.append(token, special=special)
+
+    def _prompt_scores(self) -> dict:
+        """prompt_logprobs / prompt_top_logprobs once the prompt is scored (built once, then shared)."""
+        req = self.request
+        if req.sampling_params.prompt_logprobs is None:
+            return {}
+        if self._scores is None and (req.has_sampled or req.is_finished):
+            got = req.prompt_logprobs
+            self._scores = dict(prompt_logprobs=[None] + [lp for lp, _ in got],
+                                prompt_top_logprobs=[None] + [top for _, top in got])
+        return self._scores or {}
 
     def output(self, new_ids: list[int], *, flush: bool = True) -> RequestOutput:
         """A snapshot after this iteration. A finished request's snapshot is final: with `flush`
@@ -50,7 +62,7 @@ class OutputStream:
             text_so_far=text, logprobs=logprobs, finished=req.is_finished,
             finish_reason=req.status.value if req.is_finished else None, stop_reason=req.stop_reason,
             new_token_ids=new_ids, new_text=new_text, new_logprobs=new_lps, top_logprobs=top,
-            new_top_logprobs=new_tops,
+            new_top_logprobs=new_tops, **self._prompt_scores(),
             metrics=RequestMetrics(
                 arrival_time=req.arrival_time, first_scheduled_time=req.first_scheduled_time,
                 first_token_time=req.first_token_time, finish_time=req.finish_time,

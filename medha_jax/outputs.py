@@ -103,6 +103,13 @@ class RequestOutput:
     (token id, log-probability), most likely first (empty unless asked for)."""
     new_top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
     """The same for `new_token_ids`."""
+    prompt_logprobs: list[float | None] | None = None
+    """With `SamplingParams.prompt_logprobs`: per prompt token, its log-probability given the
+    tokens before it (None for the first, which has no context); complete from the first
+    generated token on. None when not asked for."""
+    prompt_top_logprobs: list[list[tuple[int, float]] | None] | None = None
+    """The same positions' `prompt_logprobs` most likely tokens as (token id, log-probability),
+    most likely first (None for the first)."""
 
     @property
     def text(self) -> str:

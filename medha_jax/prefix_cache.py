@@ -3,11 +3,14 @@
   KVCacheManager.commit(request) --register(rid, tokens, full pages)--> entries[h_i] = (group, page, h_{i-1}, tokens)
       h_i = hash((h_{i-1}, the page's tokens)): page i's key covers every token before it too
   KVCacheManager.match_prefix(request) --match(rid, tokens, max_pages)--> [(group, page), ...] the
-      longest run of cached pages from position 0 whose tokens (and parent links) are equal
+      longest run of cached pages from position 0 whose tokens (and parent links) are equal, each
+      taken for the request: a device page acquired, or (with a host tier) a page found only in
+      host memory copied into a newly allocated device page (`HostPageStore.restore`)
   KVCacheManager.peek_prefix(request) --peek(tokens, max_pages)--> how many pages match would give
       now (nothing taken, nothing recorded: the scheduler's work estimates)
   Scheduler, once a request is admitted --record(queried, hit)--> the hit-rate counters
-  PageAllocator eviction --_evict(group, page)--> the entry pointing at the page is dropped
+  PageAllocator eviction --_evict(group, page)--> the entry pointing at the page is dropped (and,
+      with a host tier, its KV copied to host memory first: `HostPageStore.save`)
 
 A hit is verified, not trusted: the entry's tokens must equal the request's page and its parent
 link the hash verified one page earlier, so a hash collision can only cost a miss, never serve
@@ -21,12 +24,16 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 
+from medha_jax.host_page_store import HostPageStore
+
 _ROOT = 0  # the parent hash of page 0
 
 
 class PrefixCache:
-    def __init__(self, page_size: int, pages_per_group: int, allocators: Sequence):
+    def __init__(self, page_size: int, pages_per_group: int, allocators: Sequence,
+                 host: HostPageStore | None = None):
         self.page_size = page_size
+        self.host = host
         self.pages_per_group = pages_per_group
         self.allocators = allocators
         self._entries: dict[int, tuple[int, int, int, tuple[int, ...]]] = {}
@@ -43,14 +50,52 @@ class PrefixCache:
         return len(self._entries)
 
     def match(self, request_id: str, tokens: Sequence[int], max_pages: int) -> list[tuple[int, int]]:
-        """(group, page) of the longest cached prefix of `tokens`, at most max_pages pages."""
-        out, chain = self._walk(tokens, max_pages)
+        """(group, page) of the longest cached prefix of `tokens`, at most max_pages pages, each
+        taken for the request (one more owner). A page only the host tier holds is restored into
+        a newly allocated device page (which may evict parked pages, never one taken here); the
+        match stops where a group has no page left for that."""
+        ps, out, chain, parent = self.page_size, [], [], _ROOT
+        entries, host = self._entries, self.host
+        for i in range(max_pages):
+            page_tokens = tuple(tokens[i * ps:(i + 1) * ps])
+            h = hash((parent, page_tokens))
+            g = i // self.pages_per_group
+            e = entries.get(h)
+            if e is not None and e[3] == page_tokens and e[2] == parent and e[0] == g:
+                page = e[1]
+                self.allocators[g].acquire(page)
+            elif host is not None and host.has(h, g, parent, page_tokens):
+                page = self._restore(h, g, parent, page_tokens)
+                if page is None:
+                    break
+            else:
+                break
+            out.append((g, page))
+            chain.append(h)
+            parent = h
         self._chains[request_id] = chain
         return out
 
+    def _restore(self, h: int, g: int, parent: int, page_tokens: tuple[int, ...]) -> int | None:
+        """A device page (refcount 1, indexed under h) that host entry h is copied into; None when
+        group g has no page to give."""
+        alloc, host = self.allocators[g], self.host
+        if alloc.num_free < 1:
+            return None
+        host.touch(h)  # the allocation below may save evicted pages to host: not over this one
+        page = alloc.allocate(1)[0]
+        if not host.has(h, g, parent, page_tokens):  # a one-slot host tier gave its slot away
+            alloc.free([page])
+            return None
+        host.restore(h, page)
+        self._entries[h] = (g, page, parent, page_tokens)
+        self._key[g][page] = h
+        alloc.mark_cached(page)
+        return page
+
     def peek(self, tokens: Sequence[int], max_pages: int) -> int:
-        """How many pages `match` would find now; changes nothing."""
-        return len(self._walk(tokens, max_pages)[0])
+        """How many pages `match` would find now (host-tier ones included); changes nothing."""
+        return self._walk(tokens, max_pages)
 
     def record(self, queried_tokens: int, hit_tokens: int) -> None:
         """An admitted request looked up `queried_tokens` tokens and got `hit_tokens` from the cache
@@ -58,18 +103,19 @@ class PrefixCache:
         self.queried_tokens += queried_tokens
         self.hit_tokens += hit_tokens
 
-    def _walk(self, tokens: Sequence[int], max_pages: int) -> tuple[list[tuple[int, int]], list[int]]:
-        ps, out, chain, parent = self.page_size, [], [], _ROOT
+    def _walk(self, tokens: Sequence[int], max_pages: int) -> int:
+        """Pages from position 0 cached on the device or (with a host tier) in host memory."""
+        ps, parent, host = self.page_size, _ROOT, self.host
         for i in range(max_pages):
             page_tokens = tuple(tokens[i * ps:(i + 1) * ps])
             h = hash((parent, page_tokens))
+            g = i // self.pages_per_group
             e = self._entries.get(h)
-            if e is None or e[3] != page_tokens or e[2] != parent or e[0] != i // self.pages_per_group:
-                break
-            out.append((e[0], e[1]))
-            chain.append(h)
+            if not ((e is not None and e[3] == page_tokens and e[2] == parent and e[0] == g)
+                    or (host is not None and host.has(h, g, parent, page_tokens))):
+                return i
             parent = h
-        return out, chain
+        return max_pages
 
     def register(self, request_id: str, new_tokens: Sequence[int], num_full_pages: int,
                  page_of: Callable[[int], tuple[int, int]]) -> None:
@@ -105,9 +151,13 @@ class PrefixCache:
         self._chains.clear()
         for a in self.allocators:
             a.drop_cached()
+        if self.host is not None:
+            self.host.clear()
 
     def _evict(self, group: int, page: int) -> None:
         h = self._key[group].pop(page, None)
         if h is not None:
-            self._entries.pop(h, None)
+            e = self._entries.pop(h, None)
             self.evicted_pages += 1
+            if self.host is not None and e is not None:
+                self.host.save(h, group, e[2], e[3], page)

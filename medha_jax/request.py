@@ -58,6 +58,9 @@ class Request:
     output_token_ids: list[int] = field(default_factory=list)
     output_logprobs: list[float] = field(default_factory=list)
     output_top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)  # per token, most likely first
+    prompt_logprobs: list[tuple[float, list[tuple[int, float]]]] = field(default_factory=list)
+    """SamplingParams.prompt_logprobs: entry q-1 scores prompt position q (its token's
+    log-probability given positions < q, and the most likely tokens there), filled as chunks run."""
     num_computed_tokens: int = 0
     """Tokens whose KV is in the cache (prompt first, then generated)."""
     num_pending_tokens: int = 0

@@ -52,6 +52,11 @@ class SamplingParams:
     top_logprobs: int = 0
     """Also return, per sampled token, the top_logprobs most likely tokens and their
     log-probabilities (0..MAX_TOP_LOGPROBS, computed on the device; needs logprobs)."""
+    prompt_logprobs: int | None = None
+    """Score the prompt: the log-probability of every prompt token after the first given the ones
+    before it, plus that many most likely tokens at each position (0..MAX_TOP_LOGPROBS); None: off.
+    Computed in the prefill itself (one logits row per prompt token), so such a request takes no
+    cached prefix and its chunks are at most max_num_seqs tokens."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_tokens, int) or isinstance(self.max_tokens, bool) or self.max_tokens < 1:
@@ -74,6 +79,11 @@ class SamplingParams:
         if (not isinstance(self.top_logprobs, int) or isinstance(self.top_logprobs, bool)
                 or not 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS):
             raise ValueError(f"top_logprobs must be an integer in [0, {MAX_TOP_LOGPROBS}], got {self.top_logprobs!r}")
+        if self.prompt_logprobs is not None and (
+                not isinstance(self.prompt_logprobs, int) or isinstance(self.prompt_logprobs, bool)
+                or not 0 <= self.prompt_logprobs <= MAX_TOP_LOGPROBS):
+            raise ValueError(f"prompt_logprobs must be None or an integer in [0, {MAX_TOP_LOGPROBS}], "
+                             f"got {self.prompt_logprobs!r}")
         if self.top_logprobs and not self.logprobs:
             raise ValueError("top_logprobs needs logprobs=True")
         if any(not isinstance(t, int) or isinstance(t, bool) or t < 0 for t in self.stop_token_ids):

@@ -10,6 +10,8 @@ steps while the scheduler moves on (tokens appended, pages allocated or freed) w
 executor ever seeing those changes. Order: as in the batch (prefill chunks first, then decodes).
 A token sampled by the previous step whose id the host does not have yet is a `feed` index: the
 device reads it from that step's output (asynchronous scheduling), so no host round trip.
+Logits rows: one per sequence (its last token), except a chunk of a prompt being scored, which
+has one per token (`targets`); rows follow the sequences' order (`last_rows`).
 Pure Python, no JAX.
 """
 
@@ -42,7 +44,17 @@ class SeqInput:
     """Tokens the request had generated when this step was formed (the sampler's counter)."""
     feed: int = -1
     """>= 0: the last scheduled token is pending (`Request.num_pending_tokens`): the device reads
-    its id from the previous step's sampled tokens at this index; -1: all ids are above."""
+    its id from the previous step's sampled tokens at this index (a logits row of that step);
+    -1: all ids are above."""
+    targets: tuple[int, ...] = ()
+    """A chunk of a prompt being scored (`SamplingParams.prompt_logprobs`): per scheduled token,
+    the prompt token after it, whose log-probability its logits row gives (-1: none, the row
+    samples or is not needed). Empty: one row, the last token's."""
+
+    @property
+    def num_rows(self) -> int:
+        """Logits rows of this sequence in the step: one per token when scored, else one."""
+        return len(self.targets) or 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,8 +63,9 @@ class StepInput:
 
     @staticmethod
     def from_batch(batch: ScheduledBatch, sampled_at: dict[str, int] | None = None) -> StepInput:
-        """sampled_at: request id -> its index in the previous step, for the requests whose token
-        from that step is still pending (every pending token comes from the previous step)."""
+        """sampled_at: request id -> its sampling row in the previous step (`last_rows`), for the
+        requests whose token from that step is still pending (every pending token comes from the
+        previous step)."""
         seqs = []
         for s in batch.seqs:
             req, sp = s.request, s.request.sampling_params
@@ -62,14 +75,33 @@ class StepInput:
                     raise RuntimeError(f"request {req.request_id!r} has a pending token the previous step did "
                                        "not sample")
                 feed = sampled_at[req.request_id]
+            targets = ()
+            if s.num_rows > 1:  # row j scores prompt position start + j + 1
+                p = req.prompt_len
+                targets = tuple(req.prompt_token_ids[q] if q < p else -1
+                                for q in range(s.start_pos + 1, s.start_pos + s.num_tokens + 1))
             seqs.append(SeqInput(
                 request_id=req.request_id, start_pos=s.start_pos, num_tokens=s.num_tokens,
                 token_ids=tuple(s.token_ids),
                 page_tables=tuple(tuple(t) for t in s.page_tables), samples=s.samples,
                 temperature=sp.temperature, top_k=sp.top_k, top_p=sp.top_p, seed=req.seed,
-                step=req.num_output_tokens + req.num_pending_tokens, feed=feed,
+                step=req.num_output_tokens + req.num_pending_tokens, feed=feed, targets=targets,
             ))
         return StepInput(tuple(seqs))
+
+    @property
+    def num_rows(self) -> int:
+        """Logits rows of the step (sequences, plus one per extra token of a scored chunk)."""
+        return sum(s.num_rows for s in self.seqs)
+
+    def last_rows(self) -> list[int]:
+        """Per sequence, the index of its last logits row (the one that samples): rows are laid
+        out sequence after sequence."""
+        out, row = [], -1
+        for s in self.seqs:
+            row += s.num_rows
+            out.append(row)
+        return out
 
     @property
     def num_tokens(self) -> int:

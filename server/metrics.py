@@ -40,6 +40,8 @@ class EngineCollector:
             ("medha_engine_serving", "1 while the engine accepts requests.", 1 if self.async_engine.accepting else 0),
             ("medha_buckets_compiled", "Shape buckets compiled (grows while the background compiler works).", st.buckets_compiled),
             ("medha_buckets_total", "Shape buckets of the ladders.", st.buckets_total),
+            ("medha_host_kv_pages", "KV pages the host tier (swap space) can hold.", st.host_kv_pages),
+            ("medha_host_kv_pages_used", "KV pages held in the host tier.", st.host_kv_pages_used),
         ]
         for name, doc, value in values:
             g = GaugeMetricFamily(name, doc)
@@ -56,6 +58,13 @@ class EngineCollector:
         yield c
         c = CounterMetricFamily("medha_prefix_cache_hit_tokens", "Prompt tokens whose KV came from the prefix cache.")
         c.add_metric([], float(st.prefix_hit_tokens))
+        yield c
+        c = CounterMetricFamily("medha_kv_swapped_out_pages", "KV pages copied from the device to host memory.")
+        c.add_metric([], float(st.swapped_out_pages))
+        yield c
+        c = CounterMetricFamily("medha_kv_swapped_in_pages",
+                                "KV pages copied from host memory back to the device instead of recomputed.")
+        c.add_metric([], float(st.swapped_in_pages))
         yield c
         c = CounterMetricFamily("medha_engine_iterations", "Engine iterations run.")
         c.add_metric([], float(getattr(eng, "num_iterations", 0)))

@@ -198,11 +198,13 @@ class OpenAIServer:
             return self._fail(e)
         tok = self.ae.engine.tokenizer
         choices = P.best_choices(finals, parsed.n, parsed.best_of)
-        u = P.usage(sum(map(len, prompts_ids)), sum(len(o.token_ids) for o in finals))  # each prompt once
+        generated = 0 if parsed.score_only else sum(len(o.token_ids) for o in finals)
+        u = P.usage(sum(map(len, prompts_ids)), generated)  # each prompt once
         if chat:
             return web.json_response(P.chat_response(rid, self.model_name, choices, tok, parsed.logprobs, u),
                                      dumps=_dumps)
-        return web.json_response(P.completion_response(rid, self.model_name, choices, tok, parsed.logprobs, u, echo),
+        return web.json_response(P.completion_response(rid, self.model_name, choices, tok, parsed.logprobs, u, echo,
+                                                       top_n=parsed.top_logprobs, score_only=parsed.score_only),
                                  dumps=_dumps)
 
     def _echo_texts(self, parsed: P.OpenAIRequest, prompts_ids: list[list[int]]) -> list[str]:
@@ -227,6 +229,8 @@ class OpenAIServer:
         obj = "chat.completion.chunk" if chat else "text_completion"
         emitted = [len(e) for e in echo] if echo else [0] * len(streams)  # characters streamed per choice (text_offset)
         completion_tokens = 0
+        # echo with logprobs: the prompt's chunk waits for its scores (they come with the first token)
+        echo_later = [bool(echo) and parsed.logprobs] * len(streams)
 
         async def send(obj_):
             await resp.write(f"data: {_dumps(obj_)}\n\n".encode())
@@ -236,10 +240,18 @@ class OpenAIServer:
                 if chat:
                     await send(P.chat_chunk(rid, self.model_name, created, {"role": "assistant", "content": ""}, None,
                                             index=i))
-                elif echo:
+                elif echo and not echo_later[i]:
                     await send(P.completion_chunk(rid, self.model_name, created, i, echo[i], None))
             async with contextlib.aclosing(_merged(streams)) as merged:
                 async for i, out in merged:
+                    if echo_later[i]:
+                        echo_later[i] = False
+                        lp = P.echo_logprobs(tok, out, parsed.top_logprobs, with_completion=False)
+                        await send(P.completion_chunk(rid, self.model_name, created, i, echo[i], None, lp))
+                    if parsed.score_only:  # the prompt only: the token the prefill sampled is not shown
+                        if out.finished:
+                            await send(P.completion_chunk(rid, self.model_name, created, i, "", "length"))
+                        continue
                     n = len(out.new_token_ids)
                     lp = None
                     if parsed.logprobs and n:

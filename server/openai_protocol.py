@@ -13,8 +13,11 @@ give each sampled token's log-probability and its N most likely alternatives (co
 device with the sample). `n` choices per prompt (up to MAX_CHOICES; a seeded request's choice j
 uses seed + j), completions `best_of` (that many generated, the n with the highest total
 log-probability returned; not with stream) and `echo` (the prompt's text before the completion;
-not with logprobs: prompt log-probabilities are not computed). Not supported (400 naming the
-field): suffix, non-zero penalties, logit_bias, tools, non-text response_format.
+with `logprobs=N` also the prompt tokens' log-probabilities, computed in the prefill
+(`SamplingParams.prompt_logprobs`), the first token's null as OpenAI has it; `max_tokens=0` with
+echo scores the prompt and generates nothing, as lm-evaluation-harness asks for loglikelihoods).
+Not supported (400 naming the field): suffix, non-zero penalties, logit_bias, tools, non-text
+response_format.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ class OpenAIRequest:
     n: int = 1  # choices returned per prompt
     best_of: int = 1  # choices generated per prompt (>= n; the best n by total logprob are returned)
     echo: bool = False  # completions: the prompt's text before each choice's
+    score_only: bool = False  # completions: echo with max_tokens=0: the prompt scored, nothing generated
 
 
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
@@ -171,8 +175,13 @@ def parse_completion(body, max_prompts: int) -> OpenAIRequest:
     logprobs = _typed(body, "logprobs", _is_int, "an integer")
     _unsupported(body, "logprobs", lambda v: 0 <= v <= MAX_TOP_LOGPROBS,
                  f"logprobs must be in [0, {MAX_TOP_LOGPROBS}] (alternatives per token)")
+    score_only = echo and body.get("max_tokens") == 0 and not isinstance(body.get("max_tokens"), bool)
+    if score_only:
+        if c["n"] > 1 or best_of > 1:
+            raise RequestError("max_tokens", "max_tokens=0 (score the prompt) gives one choice: n and best_of must be 1")
+        c["sampling"]["max_tokens"] = 1  # the prefill samples one token anyway; the response drops it
     if echo and logprobs is not None:
-        raise RequestError("echo", "echo with logprobs is not supported: prompt log-probabilities are not computed")
+        c["sampling"]["prompt_logprobs"] = logprobs
     if "prompt" not in body:
         raise RequestError("prompt", "prompt is required")
     p = body["prompt"]
@@ -186,7 +195,8 @@ def parse_completion(body, max_prompts: int) -> OpenAIRequest:
         raise RequestError("prompt", f"{len(prompts)} prompts x best_of {best_of} is more than the {max_prompts} "
                                      "sequences one request may start")
     return OpenAIRequest(prompts, None, c["sampling"], c["stream"], c["include_usage"], logprobs is not None,
-                         c["ttft_deadline"], c["tpot_target"], c["priority"], logprobs or 0, c["n"], best_of, echo)
+                         c["ttft_deadline"], c["tpot_target"], c["priority"], logprobs or 0, c["n"], best_of, echo,
+                         score_only)
 
 
 def parse_chat(body) -> OpenAIRequest:
@@ -239,11 +249,25 @@ def completion_logprobs(tokenizer, ids: list[int], logprobs: list[float], offset
         pos += len(t) if tokenizer is not None else 0
     top = None
     if tops:
-        top = [{} for _ in tops]
-        for d, alts in zip(top, tops):
-            for t, lp in alts:  # most likely first: the first of a shared text stays
+        top = []
+        for alts in tops:  # None: a prompt's first token (no context, no alternatives)
+            d = None if alts is None else {}
+            for t, lp in alts or ():  # most likely first: the first of a shared text stays
                 d.setdefault(token_text(tokenizer, t), lp)
+            top.append(d)
     return {"tokens": tokens, "token_logprobs": list(logprobs), "top_logprobs": top, "text_offset": offsets}
+
+
+def echo_logprobs(tokenizer, out: RequestOutput, top_n: int, with_completion: bool) -> dict:
+    """The legacy format over the prompt (scored: `RequestOutput.prompt_logprobs`, its first
+    token's value null) and, unless the request only scores, the completion after it."""
+    ids, lps = list(out.prompt_token_ids), list(out.prompt_logprobs or [None] * len(out.prompt_token_ids))
+    tops = list(out.prompt_top_logprobs or [None] * len(ids)) if top_n else []
+    if with_completion:
+        ids += out.token_ids
+        lps += out.logprobs
+        tops += out.top_logprobs if top_n else []
+    return completion_logprobs(tokenizer, ids, lps, 0, tops)
 
 
 def _chat_token(tokenizer, t: int, lp: float) -> dict:
@@ -273,13 +297,19 @@ def best_choices(finals: list[RequestOutput], n: int, best_of: int) -> list[Requ
 
 
 def completion_response(rid: str, model: str, choices_out: list[RequestOutput], tokenizer, want_logprobs: bool,
-                        usage_: dict, echo: list[str] | None = None) -> dict:
-    """choices_out: the returned choices in index order; echo: each one's prompt text, or None."""
+                        usage_: dict, echo: list[str] | None = None, *, top_n: int = 0,
+                        score_only: bool = False) -> dict:
+    """choices_out: the returned choices in index order; echo: each one's prompt text, or None;
+    score_only: echo with max_tokens=0 (the prompt and its log-probabilities, no completion)."""
     choices = []
     for i, out in enumerate(choices_out):
-        lp = completion_logprobs(tokenizer, out.token_ids, out.logprobs, 0, out.top_logprobs) if want_logprobs else None
-        text = (echo[i] if echo else "") + out.text
-        choices.append({"index": i, "text": text, "logprobs": lp, "finish_reason": out.finish_reason})
+        lp = None
+        if want_logprobs:
+            lp = (echo_logprobs(tokenizer, out, top_n, not score_only) if echo else
+                  completion_logprobs(tokenizer, out.token_ids, out.logprobs, 0, out.top_logprobs))
+        text = (echo[i] if echo else "") + ("" if score_only else out.text)
+        choices.append({"index": i, "text": text, "logprobs": lp,
+                        "finish_reason": "length" if score_only else out.finish_reason})
     return {
         "id": rid, "object": "text_completion", "created": int(time.time()), "model": model, "choices": choices,
         "usage": usage_, "system_fingerprint": None,

@@ -39,6 +39,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from medha_jax.executor.background_compile import BackgroundCompiler, bucket_cost
 from medha_jax.executor.buckets import Bucket, BucketLadders
 from medha_jax.executor.device_timeline import DeviceTimeline
+from medha_jax.executor.host_swap import HostSwap
 from medha_jax.executor.packing import MODEL_FIELDS, SAMPLING_FIELDS, PackedBatch, pack_batch
 from medha_jax.executor.pipeline_slots import Microbatch, PipelineSlots, TickPlan, bucket_of
 from medha_jax.executor.sampler import SamplingArrays, sample
@@ -69,10 +70,12 @@ def compile_events() -> int:
 
 @dataclass
 class StepResult:
-    token_ids: np.ndarray  # i32[num_seqs]: sampled token per scheduled sequence (valid where it samples)
-    logprobs: np.ndarray  # f32[num_seqs]
-    top_ids: np.ndarray  # i32[num_seqs, K]: the K most likely tokens, most likely first
-    top_logprobs: np.ndarray  # f32[num_seqs, K]
+    """Per logits row of the step (`StepInput.last_rows`: a sequence's sampling row)."""
+
+    token_ids: np.ndarray  # i32[rows]: sampled token per row (valid at a sampling row)
+    logprobs: np.ndarray  # f32[rows]: of the sampled token, or of the row's scoring target
+    top_ids: np.ndarray  # i32[rows, K]: the K most likely tokens, most likely first
+    top_logprobs: np.ndarray  # f32[rows, K]
 
 
 @dataclass
@@ -83,7 +86,7 @@ class Launched:
     logprobs: jax.Array  # f32[S], replicated
     top_ids: jax.Array  # i32[S, K], replicated
     top_logprobs: jax.Array  # f32[S, K], replicated
-    n: int  # sequences in the step
+    n: int  # logits rows in the step
 
     def result(self) -> StepResult:
         # Replicated outputs: every process reads its own copy.
@@ -94,10 +97,12 @@ class Launched:
 
 class Executor:
     def __init__(self, cfg, params, mesh, *, total_pages: int, page_size: int, kv_dtype,
-                 ladders: BucketLadders, attention_fn, group_tokens: int | None = None, channel=None):
+                 ladders: BucketLadders, attention_fn, group_tokens: int | None = None, channel=None,
+                 host_slots: int = 0):
         """total_pages: global page count (kvp groups x pages per group); group_tokens: KV positions
         per kvp group (the KV manager's max_tokens_per_kvp_group; None: all on group 0);
-        channel: a `multihost.Channel` when this is the leader of a multi-host mesh."""
+        channel: a `multihost.Channel` when this is the leader of a multi-host mesh; host_slots:
+        pages of host memory for the host KV tier (`swap`; single process only)."""
         lay = sharding.layout(cfg, mesh)
         self.cfg, self.params, self.mesh = cfg, params, mesh
         self.depth, self.kvp = lay.spp, lay.kvp
@@ -107,6 +112,11 @@ class Executor:
         self.kv_dtype = kv_dtype
         self.channel = channel
         self.kv_k, self.kv_v = init_kv_cache(cfg, mesh, total_pages, page_size, kv_dtype)
+        if host_slots and jax.process_count() > 1:
+            raise ValueError("the host KV tier (swap space) runs in one process only; set it to 0 on a multi-host mesh")
+        self.host_swap = (HostSwap(host_slots, total_pages // self.kvp,
+                                   jax.tree.map(lambda a: a.sharding, (self.kv_k, self.kv_v)))
+                          if host_slots else None)
         self._acts_dtype = params["embed"].dtype
         self.acts = init_acts(cfg, mesh, ladders.tokens[-1], self._acts_dtype)
         self.pipe = PipelineSlots(self.depth, self.kvp)
@@ -137,7 +147,7 @@ class Executor:
             page_table=sd((n, g, b.seqs, b.pages), i32), logits_indices=sd((n, b.seqs), i32),
         )
         samp = SamplingArrays(sd((b.seqs,), f32), sd((b.seqs,), i32), sd((b.seqs,), f32),
-                              sd((b.seqs,), jnp.uint32), sd((b.seqs,), i32))
+                              sd((b.seqs,), jnp.uint32), sd((b.seqs,), i32), sd((b.seqs,), i32))
         return self.params, self.kv_k, self.kv_v, self.acts, inp, samp, sd((b.tokens,), i32), self._prev_tokens
 
     def compile_bucket(self, b: Bucket):
@@ -224,6 +234,19 @@ class Executor:
         """True when a failed step consumed the donated cache buffers."""
         return any(a.is_deleted() for a in jax.tree.leaves((self.kv_k, self.kv_v)))
 
+    def swap(self, ops) -> None:
+        """Run the host tier's page copies (`HostPageStore.take_ops`) before the next step."""
+        if not ops:
+            return
+        if self.host_swap is None:
+            raise RuntimeError("page copies to or from host memory, but this executor has no host KV tier")
+        self.kv_k, self.kv_v = self.host_swap.apply(ops, self.kv_k, self.kv_v)
+
+    def forget_swaps(self) -> None:
+        """The host tier was cleared: drop its copies still on their way to host memory."""
+        if self.host_swap is not None:
+            self.host_swap.clear()
+
     def reset_kv_cache(self) -> None:
         """A fresh zero cache (every request that had KV must recompute it)."""
         self._send("reset_kv")
@@ -250,7 +273,7 @@ class Executor:
         return self.pipe.is_empty
 
     def pack(self, step: StepInput) -> PackedBatch:
-        bucket = self.ladders.pick(step.num_tokens, len(step.seqs), step.max_pages)
+        bucket = self.ladders.pick(step.num_tokens, step.num_rows, step.max_pages)  # rows >= sequences
         return pack_batch(step, bucket, self.page_size, kvp=self.kvp, group_tokens=self.group_tokens)
 
     def tick(self, step: StepInput | None):
@@ -281,7 +304,7 @@ class Executor:
             raise RuntimeError("launch() runs one step of a one-stage pipeline; use tick() with spp > 1")
         plan = self.pipe.plan(Microbatch(step, self.pack(step)), self.runnable)
         self._send("run", plan.arrays)
-        return Launched(*self.launch_arrays(plan.arrays), len(step.seqs))
+        return Launched(*self.launch_arrays(plan.arrays), step.num_rows)
 
     def _advance(self, step: StepInput | None):
         new = Microbatch(step, self.pack(step)) if step is not None and step.seqs else None
@@ -294,7 +317,7 @@ class Executor:
         out = plan.exiting
         if out is None:
             return None, None
-        return out.batch, Launched(*arrays, len(out.batch.seqs)).result()
+        return out.batch, Launched(*arrays, out.batch.num_rows).result()
 
     def run_arrays(self, arrays: dict[str, np.ndarray]) -> None:
         """One tick on a `TickPlan.arrays` dict, waited for (a multi-host follower's replay)."""

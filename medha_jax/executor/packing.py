@@ -3,7 +3,10 @@
 For each scheduled sequence s with `n` tokens starting at position `p`, `model.inputs.pack_arrays`
 lays out token ids, positions and, per kvp group g, the local KV slots of the tokens g holds,
 kv_lens, q_offsets and the group's page table (see `medha_jax.model.inputs` for the layout);
-logits_indices[s] is the sequence's last token (sampled only when the sequence `samples`);
+logits_indices[r] is the token of logits row r: one row per sequence, its last token (sampled only
+when the sequence `samples`), except a chunk of a prompt being scored (`SeqInput.targets`), which
+has a row per token, `target[r]` the prompt token whose log-probability the row returns (-1: the
+sampled token's); the sampling fields are per row;
 feed_index marks a pending last token (`SeqInput.feed`): the step reads its id on the device.
 Padding tokens get slot -1 (their KV write is dropped) and padding sequences own no tokens and
 no KV, so the attention kernels give them nothing to do.
@@ -25,7 +28,7 @@ from medha_jax.step_input import StepInput
 
 MODEL_FIELDS = ("token_ids", "positions", "slot_mapping", "cu_q_lens", "q_offsets", "kv_lens", "page_table",
                 "logits_indices")
-SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "seed", "step")
+SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "seed", "step", "target")
 
 
 @dataclass(slots=True)
@@ -40,13 +43,14 @@ class PackedBatch:
     q_offsets: np.ndarray  # i32[kvp, S]
     kv_lens: np.ndarray  # i32[kvp, S]
     page_table: np.ndarray  # i32[kvp, S, P]
-    logits_indices: np.ndarray  # i32[S]
+    logits_indices: np.ndarray  # i32[S]: per logits row (rows <= sequences' slots S)
     feed_index: np.ndarray  # i32[T]: index into the previous step's sampled tokens, -1 = use token_ids
     temperature: np.ndarray  # f32[S]
     top_k: np.ndarray  # i32[S]
     top_p: np.ndarray  # f32[S]
     seed: np.ndarray  # u32[S]
     step: np.ndarray  # i32[S]
+    target: np.ndarray  # i32[S]: -1 = the sampled token's logprob
 
 
 def pack_batch(step: StepInput, bucket: Bucket, page_size: int, *, kvp: int = 1,
@@ -60,18 +64,31 @@ def pack_batch(step: StepInput, bucket: Bucket, page_size: int, *, kvp: int = 1,
     top_p = np.ones(S, np.float32)
     seed = np.zeros(S, np.uint32)
     step_no = np.zeros(S, np.int32)
+    target = np.full(S, -1, np.int32)
+    logits_indices = np.zeros(S, np.int32)
     feed_index = np.full(bucket.tokens, -1, np.int32)
     cu = arrays["cu_q_lens"]
+    row = 0
     for i, seq in enumerate(step.seqs):
-        temperature[i] = seq.temperature
-        top_k[i] = seq.top_k
-        top_p[i] = seq.top_p
-        seed[i] = seq.seed & 0xFFFFFFFF
-        step_no[i] = seq.step
+        end = cu[i + 1]
+        n = seq.num_rows  # rows [row, row + n): the sequence's last n tokens (n = 1: its last)
+        rows = slice(row, row + n)
+        logits_indices[rows] = np.arange(end - n, end)
+        if seq.targets:
+            target[rows] = seq.targets
+        temperature[rows] = seq.temperature
+        top_k[rows] = seq.top_k
+        top_p[rows] = seq.top_p
+        seed[rows] = seq.seed & 0xFFFFFFFF
+        step_no[rows] = seq.step
         if seq.feed >= 0:
-            feed_index[cu[i + 1] - 1] = seq.feed  # the pending token is the sequence's last
+            feed_index[end - 1] = seq.feed  # the pending token is the sequence's last
+        row += n
+    if row > S:
+        raise ValueError(f"{row} logits rows do not fit the bucket's {S} sequence slots")
+    arrays["logits_indices"] = logits_indices
     return PackedBatch(bucket, **arrays, feed_index=feed_index, temperature=temperature, top_k=top_k, top_p=top_p,
-                       seed=seed, step=step_no)
+                       seed=seed, step=step_no, target=target)
 
 
 def empty(bucket: Bucket, kvp: int) -> PackedBatch:
@@ -80,7 +97,8 @@ def empty(bucket: Bucket, kvp: int) -> PackedBatch:
     S = bucket.seqs
     return PackedBatch(bucket, **arrays, feed_index=np.full(bucket.tokens, -1, np.int32),
                        temperature=np.zeros(S, np.float32), top_k=np.zeros(S, np.int32),
-                       top_p=np.ones(S, np.float32), seed=np.zeros(S, np.uint32), step=np.zeros(S, np.int32))
+                       top_p=np.ones(S, np.float32), seed=np.zeros(S, np.uint32), step=np.zeros(S, np.int32),
+                       target=np.full(S, -1, np.int32))
 
 
 def pad_to(pb: PackedBatch, bucket: Bucket) -> PackedBatch:
@@ -101,5 +119,5 @@ def pad_to(pb: PackedBatch, bucket: Bucket) -> PackedBatch:
         logits_indices=last(pb.logits_indices, ds), feed_index=last(pb.feed_index, dt, constant_values=-1),
         temperature=last(pb.temperature, ds),
         top_k=last(pb.top_k, ds), top_p=last(pb.top_p, ds, constant_values=1.0), seed=last(pb.seed, ds),
-        step=last(pb.step, ds),
+        step=last(pb.step, ds), target=last(pb.target, ds, constant_values=-1),
     )

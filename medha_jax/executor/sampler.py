@@ -6,7 +6,8 @@ sort the sampler makes anyway (OpenAI's `top_logprobs`; the host keeps each requ
 (0 = greedy), top-k (0 = off) and top-p, and draws with its own key
 `fold_in(PRNGKey(seed), step)`, where step is the number of tokens the request has generated,
 so a seeded request gives the same tokens whatever else shares its batch. The returned logprob
-is the model's log-probability of the chosen token (before temperature, top-k and top-p).
+is the model's log-probability of the chosen token (before temperature, top-k and top-p), or of
+the row's `target` token where one is given (a prompt being scored).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ class SamplingArrays(NamedTuple):
     top_p: jax.Array  # f32[S]
     seed: jax.Array  # u32[S]
     step: jax.Array  # i32[S]
+    target: jax.Array  # i32[S]: whose logprob the row returns; -1 = the chosen token's
 
 
 def sample(logits: jax.Array, p: SamplingArrays) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
@@ -53,4 +55,5 @@ def sample(logits: jax.Array, p: SamplingArrays) -> tuple[jax.Array, jax.Array, 
     sampled_tok = jnp.take_along_axis(order, choice[:, None], axis=-1)[:, 0].astype(jnp.int32)
 
     tok = jnp.where(p.temperature > 0, sampled_tok, greedy_tok)
-    return tok, jnp.take_along_axis(logprobs, tok[:, None], axis=-1)[:, 0], top_ids, top_lps
+    scored = jnp.where(p.target >= 0, p.target, tok)  # scored: i32[S]
+    return tok, jnp.take_along_axis(logprobs, scored[:, None], axis=-1)[:, 0], top_ids, top_lps

@@ -263,14 +263,18 @@ class Scheduler:
                                            measured_time)
 
     def update_from_output(self, batch: ScheduledBatch, sampled: Sequence[int] | int, now: float, *,
-                           logprobs: Sequence[float] | None = None, top_logprobs=None,
+                           logprobs: Sequence[float] | None = None, top_logprobs=None, prompt_scores=None,
                            on_token: Callable[[Request, int, bool], str | None] | None = None) -> list[Request]:
         """The tokens of `batch` came out of the model: append them and finish who stops.
 
         sampled: the token of sequence i at index i (only sequences that sample are read), or one
         token for all of them (a simulator has no model). logprobs: the same per sequence (kept
         where the request asked for them); top_logprobs: (ids i32[S, K], logprobs f32[S, K]), the K
-        most likely tokens per sequence, of which a request keeps its `top_logprobs` first. on_token(request, token, special) -> stop string | None
+        most likely tokens per sequence, of which a request keeps its `top_logprobs` first.
+        prompt_scores: {sequence index: (logprobs f32[n], top ids i32[n, K], top logprobs f32[n, K])}
+        for the chunks of prompts being scored, row j scoring position start_pos + j + 1 (kept once
+        per position, in order: a chunk recomputed after preemption adds nothing).
+        on_token(request, token, special) -> stop string | None
         is called after each append: the engine's detokenizer, which finds stop strings. A
         sequence whose request finished, or was preempted, while the batch was in flight gets
         nothing (a preempted one recomputes its context and samples again). Call after
@@ -278,6 +282,9 @@ class Scheduler:
         finished = []
         eos = self.eos_token_ids
         pending = batch.tokens_pending
+        if prompt_scores:
+            for i, scores in prompt_scores.items():
+                self._keep_prompt_scores(batch.seqs[i], *scores)
         for i, seq in enumerate(batch.seqs):
             if not seq.samples:
                 continue
@@ -308,6 +315,19 @@ class Scheduler:
                 self.finish(req, stop[0], now)
                 finished.append(req)
         return finished
+
+    @staticmethod
+    def _keep_prompt_scores(seq: ScheduledSeq, lps, ids, tlps) -> None:
+        req = seq.request
+        if req.is_finished:
+            return
+        got, k = req.prompt_logprobs, req.sampling_params.prompt_logprobs
+        for j in range(len(lps)):
+            q = seq.start_pos + j + 1  # the prompt position row j scores
+            if q >= req.prompt_len:
+                break
+            if q == len(got) + 1:
+                got.append((float(lps[j]), list(zip(ids[j, :k].tolist(), tlps[j, :k].tolist())) if k else []))
 
     # ---- helpers shared by the packers ------------------------------------------------------
     @staticmethod
@@ -344,6 +364,19 @@ class Scheduler:
                 kv.prefix.record(req.prompt_len + len(req.output_token_ids), req.num_computed_tokens)
         self._matched.clear()
 
+    @staticmethod
+    def scores_prompt(req: Request) -> bool:
+        """Its next chunk needs a logits row per token: its prompt is being scored
+        (`SamplingParams.prompt_logprobs`) and positions before the prompt's last are left."""
+        return req.sampling_params.prompt_logprobs is not None and req.num_computed_tokens < req.prompt_len - 1
+
+    def rows_for(self, req: Request, n: int, batch: ScheduledBatch) -> int:
+        """Packers: the tokens of a chunk of `n` that fit the batch's logits rows (max_num_seqs):
+        n, or for a prompt being scored (one row per token) the rows left, possibly 0."""
+        if not self.scores_prompt(req):
+            return n
+        return max(0, min(n, self.config.max_num_seqs - batch.num_rows))
+
     def add_seq(self, batch: ScheduledBatch, req: Request, n: int, now: float) -> ScheduledSeq:
         """Put `n` tokens of `req` into the batch (pages must already be reserved)."""
         if req in self.waiting:
@@ -354,8 +387,10 @@ class Scheduler:
         if req.first_scheduled_time is None:
             req.first_scheduled_time = now
         start = req.num_computed_tokens
-        seq = ScheduledSeq(req, start, n, self.kv.page_tables(req), start + n == req.num_tokens)
+        rows = n if self.scores_prompt(req) else 1
+        seq = ScheduledSeq(req, start, n, self.kv.page_tables(req), start + n == req.num_tokens, rows)
         batch.seqs.append(seq)
+        batch.num_rows += rows
         self._in_flight.add(req)
         return seq
 
@@ -447,4 +482,5 @@ class Scheduler:
             append(seq(req, done, 1, tables[rid], True))
             fly(req)
             n += 1
+        batch.num_rows = n
         self.partials = partials

@@ -63,7 +63,7 @@ class TimeBudgetPacker:
         for req in sched.prefill_candidates(now):
             examined += 1
             if (examined > cfg.max_prefill_candidates or t_pred >= (t_target if n_prefills == 0 else multi_limit) or tokens_left <= 0
-                    or len(batch.seqs) >= cfg.max_num_seqs):
+                    or batch.num_rows >= cfg.max_num_seqs):
                 break
             is_waiting = req in waiting
             if is_waiting:
@@ -87,6 +87,9 @@ class TimeBudgetPacker:
                 if batch.seqs:
                     continue
                 n = min(req.num_remaining_tokens, cfg.min_chunk, tokens_left)
+            n = sched.rows_for(req, n, batch)  # a prompt being scored: one logits row per token
+            if n <= 0:
+                continue
             if not sched.reserve(req, n, batch, now):
                 if is_waiting:
                     admit_waiting = False

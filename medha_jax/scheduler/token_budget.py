@@ -35,7 +35,7 @@ class TokenBudgetPacker:
         long_cap = cfg.long_prefill_token_threshold if self.chunked else 0
         longs = 0
         for req in sched.prefill_candidates(now):
-            if len(batch.seqs) >= cfg.max_num_seqs:
+            if batch.num_rows >= cfg.max_num_seqs:
                 break
             sched.offer_prefix(req)  # a waiting request's cached prefix is not recomputed
             remaining = req.num_remaining_tokens
@@ -48,6 +48,9 @@ class TokenBudgetPacker:
                         continue
                     n = min(n, long_cap)
                     longs += 1
+                n = sched.rows_for(req, n, batch)  # a prompt being scored: one logits row per token
+                if n <= 0:
+                    continue
             else:
                 n = remaining
                 if not first and used + n > budget:

@@ -84,3 +84,30 @@ def test_checkpoint_without_tokenizer_serves_token_ids(tmp_path):
     with pytest.raises(ValueError, match="stop strings need a tokenizer"):
         llm.generate([prompts[0]], SamplingParams(max_tokens=2, stop=["x"]))
     assert not llm.engine.has_unfinished()
+
+
+@pytest.mark.parametrize("swap_space_gb", [None, 0])
+def test_exhausted_kv_swaps_to_host_and_still_equals_transformers(swap_space_gb):
+    """190 pages of 16 tokens hold the 3000-token prompt alone: once its 64-token chunks have
+    taken the pages the shorter prompts leave, a short one's decode needs a page and preempts it. With the host tier (the default) its computed pages come back from
+    host memory and it recomputes at most its last partial page; with swap_space_gb=0 it
+    recomputes from wherever the device prefix cache lost it. Tokens equal transformers' either way."""
+    golden = _golden("tiny-llama3")
+    golden["prompts"] = [golden["prompts"][i] for i in (4, 5, 0, 1, 2, 3)]  # 1000, 3000, the short ones
+    llm = LLM(model=str(DATA / "tiny-llama3"), scheduler="fcfs", mesh="tp=1", num_devices=1, dtype="float32",
+              max_model_len=4096, num_pages=190, max_num_batched_tokens=64, max_num_seqs=8, warmup=False,
+              swap_space_gb=swap_space_gb)
+    prompts = [p["token_ids"] for p in golden["prompts"]]
+    outs = llm.generate(prompts, SamplingParams(max_tokens=golden["new_tokens"], temperature=0.0, ignore_eos=True))
+    assert [o.token_ids for o in outs] == [p["greedy"] for p in golden["prompts"]]
+    eng = llm.engine
+    assert eng.scheduler.num_preemptions > 0
+    computed = sum(q for r in eng.scheduler.records for q, _ in r.composition.seqs)
+    once = sum(len(p) + golden["new_tokens"] - 1 for p in prompts)  # every position computed once
+    st = eng.stats()
+    if swap_space_gb is None:
+        assert st.swapped_in_pages > 0 and st.host_kv_pages > 0
+        assert computed - once < 16 * eng.scheduler.num_preemptions  # at most a partial page each
+    else:
+        assert st.host_kv_pages == 0 and computed - once >= 16
+    assert eng.kv_manager.num_free_pages == eng.kv_manager.num_total_pages

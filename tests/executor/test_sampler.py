@@ -10,10 +10,11 @@ from medha_jax.executor.sampler import SamplingArrays, sample
 sample_jit = jax.jit(sample)
 
 
-def _arrays(S, temperature=0.0, top_k=0, top_p=1.0, seed=0, step=None):
+def _arrays(S, temperature=0.0, top_k=0, top_p=1.0, seed=0, step=None, target=-1):
     full = lambda v, dt: jnp.asarray(np.broadcast_to(np.asarray(v, dt), (S,)).copy())
     return SamplingArrays(full(temperature, np.float32), full(top_k, np.int32), full(top_p, np.float32),
-                          full(seed, np.uint32), full(np.arange(S) if step is None else step, np.int32))
+                          full(seed, np.uint32), full(np.arange(S) if step is None else step, np.int32),
+                          full(target, np.int32))
 
 
 def test_greedy_rows_take_argmax_and_report_model_logprob():
@@ -23,6 +24,18 @@ def test_greedy_rows_take_argmax_and_report_model_logprob():
     np.testing.assert_array_equal(np.asarray(tok), logits.argmax(-1))
     ref = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     np.testing.assert_allclose(np.asarray(lp), ref[np.arange(6), logits.argmax(-1)], rtol=1e-5, atol=1e-5)
+
+
+def test_rows_with_a_target_report_the_targets_logprob_and_still_sample():
+    rng = np.random.default_rng(3)
+    logits = rng.standard_normal((4, 40)).astype(np.float32)
+    target = np.array([7, -1, 39, 0], np.int32)  # row 1 scores its own (greedy) token
+    tok, lp, top_ids, top_lps = sample_jit(jnp.asarray(logits), _arrays(4, target=target))
+    ref = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    want = np.where(target >= 0, target, logits.argmax(-1))
+    np.testing.assert_allclose(np.asarray(lp), ref[np.arange(4), want], rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(np.asarray(tok), logits.argmax(-1))
+    np.testing.assert_array_equal(np.asarray(top_ids)[:, 0], logits.argmax(-1))
 
 
 def test_mixed_batch_greedy_row_unaffected_by_sampled_rows():

@@ -4,6 +4,8 @@ log-softmax: the demo model's forward run by hand on the prompt plus the tokens 
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import numpy as np
 import openai
@@ -20,11 +22,23 @@ PROMPT = "Alternatives at every step: "
 NEW, TOP = 5, 4
 
 
-def _log_softmax_after(prefix: list[int]) -> np.ndarray:
+@functools.cache
+def _demo():
     mesh = make_mesh({"tp": 1}, devices=jax.devices()[:1])
     _, params, _ = load_demo(mesh, seed=EngineConfig().seed)  # the engine seeds the demo's weights
+    return mesh, params, make_forward(DEMO_CONFIG, mesh, paged_attention_xla)
+
+
+def _log_softmax_after(prefix: list[int]) -> np.ndarray:
+    return _log_softmax_of(tuple(prefix))
+
+
+@functools.cache
+def _log_softmax_of(prefix: tuple[int, ...]) -> np.ndarray:
+    mesh, params, forward = _demo()
     k, v = init_kv_cache(DEMO_CONFIG, mesh, 16, 16, jax.numpy.float32)
-    logits = make_forward(DEMO_CONFIG, mesh, paged_attention_xla)(params, k, v, make_inputs([(prefix, 0, list(range(16)))], 16))[0]
+    # padded to 256 token slots: one compile for every prefix length
+    logits = forward(params, k, v, make_inputs([(list(prefix), 0, list(range(16)))], 16, pad_tokens=256))[0]
     x = np.asarray(logits[0], np.float64)
     return x - x.max() - np.log(np.exp(x - x.max()).sum())
 
@@ -98,3 +112,41 @@ def test_top_logprobs_limits_name_the_field(client):
         client.chat.completions.create(model="demo", messages=[{"role": "user", "content": "x"}], max_tokens=1,
                                        top_logprobs=2)
     assert e.value.body["param"] == "top_logprobs" and "logprobs=true" in e.value.body["message"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("max_tokens", [0, 3])
+def test_echo_with_logprobs_scores_the_prompt(client, reference, stream, max_tokens):
+    """lm-evaluation-harness's loglikelihood call (echo, logprobs, max_tokens=0) and echo with a
+    completion: the prompt's tokens come first, the first with a null log-probability, each later
+    one with its log-probability given the ones before it (checked against the independent
+    log-softmax) and its TOP alternatives; then the completion's tokens, if any."""
+    tok = reference.llm.tokenizer
+    ids = tok.encode(PROMPT)
+    kw = dict(model="demo", prompt=PROMPT, max_tokens=max_tokens, temperature=0, echo=True, logprobs=TOP)
+    if stream:
+        chunks = [c.choices[0] for c in client.completions.create(stream=True, **kw) if c.choices]
+        text = "".join(c.text for c in chunks)
+        parts = [c.logprobs for c in chunks if c.logprobs]
+        lp = dict(tokens=[x for p in parts for x in p.tokens], token_logprobs=[x for p in parts for x in p.token_logprobs],
+                  top_logprobs=[x for p in parts for x in p.top_logprobs])
+        reason = chunks[-1].finish_reason
+    else:
+        r = client.completions.create(**kw)
+        choice = r.choices[0]
+        text, reason = choice.text, choice.finish_reason
+        lp = dict(tokens=choice.logprobs.tokens, token_logprobs=choice.logprobs.token_logprobs,
+                  top_logprobs=choice.logprobs.top_logprobs)
+        assert (r.usage.prompt_tokens, r.usage.completion_tokens) == (len(ids), max_tokens)
+    gen = reference(PROMPT, max_tokens).token_ids if max_tokens else []
+    assert text == PROMPT + tok.decode(gen) and reason == "length"
+    assert len(lp["tokens"]) == len(lp["token_logprobs"]) == len(ids) + len(gen)
+    assert lp["tokens"][:len(ids)] == [tok.decode([t]) for t in ids]
+    assert lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None
+    for q in range(1, len(ids)):
+        ls = _log_softmax_after(ids[:q])
+        assert lp["token_logprobs"][q] == pytest.approx(ls[ids[q]], abs=1e-4)
+        assert len(lp["top_logprobs"][q]) <= TOP  # keyed by text: ids that decode alike share one
+        assert max(lp["top_logprobs"][q].values()) == pytest.approx(ls.max(), abs=1e-4)
+    for k, t in enumerate(gen):
+        assert lp["token_logprobs"][len(ids) + k] == pytest.approx(_log_softmax_after(ids + gen[:k])[t], abs=1e-4)

@@ -23,13 +23,24 @@ def test_completion_request_maps_fields_and_extensions():
     assert (sp.max_tokens, sp.temperature, sp.stop, sp.top_k) == (5, 0, ["x"], 0)
 
 
+def test_echo_with_logprobs_scores_the_prompt_and_max_tokens_0_only_scores():
+    r = parse_completion({"prompt": "x", "echo": True, "logprobs": 2, "max_tokens": 0}, max_prompts=4)
+    assert r.score_only and r.sampling["max_tokens"] == 1 and r.sampling["prompt_logprobs"] == 2
+    r = parse_completion({"prompt": "x", "echo": True, "logprobs": 0, "max_tokens": 3}, max_prompts=4)
+    assert not r.score_only and r.sampling["max_tokens"] == 3 and r.sampling["prompt_logprobs"] == 0
+    r = parse_completion({"prompt": "x", "logprobs": 1, "max_tokens": 3}, max_prompts=4)
+    assert "prompt_logprobs" not in r.sampling  # the prompt is scored only when it is echoed
+    with pytest.raises(RequestError):  # without echo, max_tokens=0 is still refused when built
+        build_sampling_params(parse_completion({"prompt": "x", "max_tokens": 0}, max_prompts=4).sampling)
+
+
 @pytest.mark.parametrize("body, field, words", [
     ([1, 2], None, "JSON object"),
     ({"prompt": "x", "max_tokens": True}, "max_tokens", "an integer"),
     ({"prompt": "x", "best_of": 17}, "best_of", "best_of must be in [n, 16]"),
     ({"prompt": "x", "n": 2, "best_of": 1}, "best_of", "best_of must be in [n, 16]"),
     ({"prompt": "x", "best_of": 2, "stream": True}, "best_of", "cannot be streamed"),
-    ({"prompt": "x", "echo": True, "logprobs": 0}, "echo", "prompt log-probabilities"),
+    ({"prompt": "x", "echo": True, "max_tokens": 0, "n": 2}, "max_tokens", "one choice"),
     ({"prompt": "x", "echo": 1}, "echo", "a boolean"),
     ({"prompt": "x", "presence_penalty": 0.5}, "presence_penalty", "not implemented"),
     ({"prompt": []}, "prompt", "prompt must be"),
