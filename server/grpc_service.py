@@ -31,7 +31,7 @@ SERVICE_NAME = medha_pb2.DESCRIPTOR.services_by_name["Medha"].full_name
 
 _FIELD_NAMES = {name: f"sampling.{name}" for name in (
     "max_tokens", "temperature", "top_k", "top_p", "seed", "stop", "stop_token_ids", "ignore_eos", "logprobs",
-    "top_logprobs")}
+    "top_logprobs", "prompt_logprobs")}
 _FIELD_NAMES.update(ttft_deadline="slo.ttft_deadline_s", tpot_target="slo.tpot_target_s",
                     priority_class="slo.priority_class", prompt="prompt")
 _FINISH = {"stop": medha_pb2.FINISH_REASON_STOP, "length": medha_pb2.FINISH_REASON_LENGTH,
@@ -72,6 +72,7 @@ async def spec_from_proto(req: medha_pb2.GenerateRequest | RequestError, engine,
         "ignore_eos": s.ignore_eos,
         "logprobs": s.logprobs,
         "top_logprobs": s.top_logprobs,
+        "prompt_logprobs": s.prompt_logprobs if s.HasField("prompt_logprobs") else None,
     }
     sp = build_sampling_params(values, _FIELD_NAMES)
     ttft = req.slo.ttft_deadline_s if req.slo.HasField("ttft_deadline_s") else None
@@ -85,6 +86,10 @@ async def spec_from_proto(req: medha_pb2.GenerateRequest | RequestError, engine,
 def response_from_output(out: RequestOutput, with_logprobs: bool) -> medha_pb2.GenerateResponse:
     n = len(out.new_token_ids)
     msg = medha_pb2.GenerateResponse(request_id=out.request_id, token_ids=out.new_token_ids, text=out.new_text)
+    if out.prompt_logprobs is not None and n and len(out.token_ids) == n:  # the first message with tokens
+        msg.prompt_logprobs.extend(out.prompt_logprobs[1:])
+        for alts in out.prompt_top_logprobs[1:]:
+            msg.prompt_top_logprobs.add(token_ids=[t for t, _ in alts], logprobs=[lp for _, lp in alts])
     if with_logprobs and n:
         msg.logprobs.extend(out.logprobs[-n:])
         for alts in out.new_top_logprobs:

@@ -66,6 +66,25 @@ def test_top_logprobs_equal_the_python_apis(stub, reference):
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "sampling.top_logprobs" in e.value.details()
 
 
+def test_prompt_logprobs_equal_the_python_apis(stub, reference):
+    """sampling.prompt_logprobs: the first message with tokens carries the prompt's scores (from
+    its second token on) as the Python API gives them (which tests/engine/test_prompt_logprobs.py
+    checks against transformers); later messages carry none."""
+    prompt = "score this prompt"
+    ref = reference(prompt, 3, prompt_logprobs=2)
+    msgs = generate(stub, text=prompt, sampling=medha_pb2.SamplingParameters(
+        max_tokens=3, temperature=0.0, prompt_logprobs=2))
+    first = next(m for m in msgs if m.token_ids)
+    assert [round(x, 4) for x in first.prompt_logprobs] == [round(x, 4) for x in ref.prompt_logprobs[1:]]
+    assert [list(a.token_ids) for a in first.prompt_top_logprobs] == \
+        [[t for t, _ in alts] for alts in ref.prompt_top_logprobs[1:]]
+    assert len(first.prompt_logprobs) == len(ref.prompt_token_ids) - 1
+    assert sum(len(m.prompt_logprobs) for m in msgs) == len(first.prompt_logprobs)
+    with pytest.raises(grpc.RpcError) as e:
+        generate(stub, text=prompt, sampling=medha_pb2.SamplingParameters(max_tokens=1, prompt_logprobs=21))
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "sampling.prompt_logprobs" in e.value.details()
+
+
 def test_token_id_prompt_and_stop_token(stub, reference):
     prompt = [256, 72, 105, 33, 10]
     ref = reference(prompt, 6)
