@@ -47,3 +47,16 @@ def sample_all(sched, batch, now: float, token: int = 7) -> list[Request]:
 def shape(batch) -> list[tuple[str, int, int]]:
     """(request_id, start_pos, num_tokens) per scheduled sequence: easy to compare exactly."""
     return [(s.request_id, s.start_pos, s.num_tokens) for s in batch.seqs]
+
+
+def request_of(rid: str, tokens, max_tokens: int = 4) -> Request:
+    """A request with exactly these prompt tokens (prefix-cache tests)."""
+    return Request(request_id=rid, prompt_token_ids=list(tokens), sampling_params=SamplingParams(max_tokens=max_tokens),
+                   arrival_time=0.0)
+
+
+def mark_computed(kv: KVCacheManager, req: Request, n: int) -> None:
+    """What the scheduler does when a request's first n tokens are computed: pages, progress, index."""
+    kv.allocate(req, n - req.num_computed_tokens)
+    req.num_computed_tokens = n
+    kv.commit(req)

@@ -13,35 +13,22 @@ import pytest
 
 from medha_jax.host_page_store import HostPageStore, SwapOp
 from medha_jax.kv_cache_manager import KVCacheManager
-from medha_jax.request import Request
-from medha_jax.sampling_params import SamplingParams
-from tests.scheduler.factories import make_scheduler
-
-
-def _req(rid, tokens, max_tokens=4):
-    return Request(request_id=rid, prompt_token_ids=list(tokens), sampling_params=SamplingParams(max_tokens=max_tokens),
-                   arrival_time=0.0)
-
-
-def _computed(kv, req, n):
-    kv.allocate(req, n - req.num_computed_tokens)
-    req.num_computed_tokens = n
-    kv.commit(req)
+from tests.scheduler.factories import make_scheduler, mark_computed, request_of
 
 
 def test_an_evicted_page_is_saved_to_host_and_a_match_restores_it():
     kv = KVCacheManager(4, page_size=4, prefix_caching=True, host_slots=8)
-    a = _req("a", range(13))
-    _computed(kv, a, 13)  # pages 0-2 full and cached, page 3 holds token 12
+    a = request_of("a", range(13))
+    mark_computed(kv, a, 13)  # pages 0-2 full and cached, page 3 holds token 12
     pages = list(kv.page_tables(a)[0])
     kv.free(a)
-    big = _req("big", range(500, 516))
+    big = request_of("big", range(500, 516))
     kv.allocate(big, 16)  # takes every page: the three cached ones are evicted to host
     out = kv.take_swap_ops()
     assert sorted(op.page for op in out) == sorted(pages[:3]) and {op.kind for op in out} == {"out"}
     assert len(kv.host) == 3 and len(kv.prefix) == 0
     kv.free(big)
-    b = _req("b", range(13))
+    b = request_of("b", range(13))
     assert kv.prefix.peek(list(range(13)), 3) == 3  # the policies' estimate sees host pages too
     assert kv.match_prefix(b) == 12
     ins = kv.take_swap_ops()
@@ -55,18 +42,18 @@ def test_an_evicted_page_is_saved_to_host_and_a_match_restores_it():
 
 def test_a_page_already_on_host_is_not_copied_again():
     kv = KVCacheManager(4, page_size=4, prefix_caching=True, host_slots=8)
-    a = _req("a", range(8))
-    _computed(kv, a, 8)
+    a = request_of("a", range(8))
+    mark_computed(kv, a, 8)
     kv.free(a)
-    fill = _req("fill", range(900, 916))
+    fill = request_of("fill", range(900, 916))
     kv.allocate(fill, 16)
     assert len(kv.take_swap_ops()) == 2
     kv.free(fill)
-    b = _req("b", range(9))
+    b = request_of("b", range(9))
     assert kv.match_prefix(b) == 8
     kv.take_swap_ops()
     kv.free(b)
-    kv.allocate(_req("fill2", range(700, 716)), 16)  # evicts b's restored pages again: host has them
+    kv.allocate(request_of("fill2", range(700, 716)), 16)  # evicts b's restored pages again: host has them
     assert kv.take_swap_ops() == [] and kv.host.saved_pages == 2
 
 
@@ -87,10 +74,10 @@ def toks_of_first_page(entry):
 
 def test_a_host_entry_with_other_tokens_is_a_miss():
     kv = KVCacheManager(4, page_size=4, prefix_caching=True, host_slots=8)
-    a = _req("a", range(9))
-    _computed(kv, a, 9)
+    a = request_of("a", range(9))
+    mark_computed(kv, a, 9)
     kv.free(a)
-    kv.allocate(_req("fill", range(900, 916)), 16)
+    kv.allocate(request_of("fill", range(900, 916)), 16)
     h, (slot, g, parent, toks) = next((h, e) for h, e in kv.host._entries.items() if toks_of_first_page(e))
     kv.host._entries[h] = (slot, g, parent, (1, 2, 3, 4))  # same key, other tokens: a forged collision
     assert kv.prefix.peek(list(range(9)), 2) == 0
@@ -98,15 +85,15 @@ def test_a_host_entry_with_other_tokens_is_a_miss():
 
 def test_a_restore_stops_where_the_device_has_no_page_left():
     kv = KVCacheManager(4, page_size=4, prefix_caching=True, host_slots=8)
-    a = _req("a", range(13))
-    _computed(kv, a, 13)
+    a = request_of("a", range(13))
+    mark_computed(kv, a, 13)
     kv.free(a)
-    hog1, hog2 = _req("hog1", range(900, 908)), _req("hog2", range(800, 808))
+    hog1, hog2 = request_of("hog1", range(900, 908)), request_of("hog2", range(800, 808))
     kv.allocate(hog1, 8)
     kv.allocate(hog2, 8)  # every page: a's three cached pages are saved to host
     assert len(kv.take_swap_ops()) == 3
     kv.free(hog1)  # two free pages
-    b = _req("b", range(13))
+    b = request_of("b", range(13))
     assert kv.match_prefix(b) == 8  # two pages restored, the third has no device page to go to
     assert [op.kind for op in kv.take_swap_ops()] == ["in", "in"]
 
@@ -118,10 +105,10 @@ def test_swap_space_without_prefix_caching_is_refused():
 
 def test_clearing_the_prefix_cache_forgets_the_host_tier():
     kv = KVCacheManager(4, page_size=4, prefix_caching=True, host_slots=8)
-    a = _req("a", range(9))
-    _computed(kv, a, 9)
+    a = request_of("a", range(9))
+    mark_computed(kv, a, 9)
     kv.free(a)
-    kv.allocate(_req("fill", range(900, 916)), 16)
+    kv.allocate(request_of("fill", range(900, 916)), 16)
     kv.clear_prefix_cache()
     assert len(kv.host) == 0 and kv.take_swap_ops() == []
 
@@ -163,7 +150,7 @@ def test_random_traffic_reads_exactly_its_own_kv_through_evictions_and_restores(
         if step < 200 and rng.random() < 0.5:
             doc = rng.choice(docs)
             tail = [rng.randrange(1000) for _ in range(rng.randint(0, 12))]
-            r = _req(f"r{n}", doc[: rng.randint(1, len(doc))] + tail, max_tokens=rng.randint(1, 40))
+            r = request_of(f"r{n}", doc[: rng.randint(1, len(doc))] + tail, max_tokens=rng.randint(1, 40))
             n += 1
             s.add_request(r)
             reqs.append(r)

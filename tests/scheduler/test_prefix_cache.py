@@ -11,80 +11,66 @@ import random
 import pytest
 
 from medha_jax.kv_cache_manager import KVCacheManager
-from medha_jax.request import Request, RequestStatus
-from medha_jax.sampling_params import SamplingParams
-from tests.scheduler.factories import make_scheduler
-
-
-def _req(rid, tokens, max_tokens=4):
-    return Request(request_id=rid, prompt_token_ids=list(tokens), sampling_params=SamplingParams(max_tokens=max_tokens),
-                   arrival_time=0.0)
-
-
-def _computed(kv, req, n):
-    """What the scheduler does when a request's first n tokens are computed."""
-    kv.allocate(req, n - req.num_computed_tokens)
-    req.num_computed_tokens = n
-    kv.commit(req)
+from tests.scheduler.factories import make_scheduler, mark_computed, request_of
 
 
 def test_a_second_request_reuses_the_full_pages_of_a_shared_prefix():
     kv = KVCacheManager(16, page_size=4, prefix_caching=True)
-    a = _req("a", range(100, 110))  # pages [100..103], [104..107], tail 108, 109
-    _computed(kv, a, 10)
-    b = _req("b", list(range(100, 108)) + [7, 7, 7])
+    a = request_of("a", range(100, 110))  # pages [100..103], [104..107], tail 108, 109
+    mark_computed(kv, a, 10)
+    b = request_of("b", list(range(100, 108)) + [7, 7, 7])
     assert kv.match_prefix(b) == 8  # the two full pages; b's own tail is computed
     assert kv.page_tables(b) == [kv.page_tables(a)[0][:2]]
     assert [kv.allocators[0].refcount(p) for p in kv.page_tables(a)[0]] == [2, 2, 1]
-    c = _req("c", [100, 101, 102, 9, 9])  # differs inside the first page: nothing to reuse
+    c = request_of("c", [100, 101, 102, 9, 9])  # differs inside the first page: nothing to reuse
     assert kv.match_prefix(c) == 0 and not kv.holds(c)
 
 
 def test_a_fully_cached_prompt_still_computes_its_last_token():
     kv = KVCacheManager(16, page_size=4, prefix_caching=True)
-    a = _req("a", range(8))
-    _computed(kv, a, 8)
-    again = _req("again", range(8))
+    a = request_of("a", range(8))
+    mark_computed(kv, a, 8)
+    again = request_of("again", range(8))
     assert kv.match_prefix(again) == 4  # 8 tokens: one page reused, the last page recomputed
 
 
 def test_freed_pages_stay_reusable_until_memory_is_needed_then_leave_the_cache():
     kv = KVCacheManager(4, page_size=4, prefix_caching=True)
-    a = _req("a", range(13))
-    _computed(kv, a, 13)  # 4 pages, 3 full ones cached
+    a = request_of("a", range(13))
+    mark_computed(kv, a, 13)  # 4 pages, 3 full ones cached
     kv.free(a)
     assert kv.num_free_pages == 4 and kv.allocators[0].num_parked == 3
-    b = _req("b", range(13))
+    b = request_of("b", range(13))
     assert kv.match_prefix(b) == 12
     kv.free(b)
-    big = _req("big", range(500, 516))
+    big = request_of("big", range(500, 516))
     kv.allocate(big, 16)  # every page, the parked ones evicted
     assert len(kv.prefix) == 0
     kv.free(big)
-    assert kv.match_prefix(_req("c", range(13))) == 0
+    assert kv.match_prefix(request_of("c", range(13))) == 0
 
 
 def test_a_hash_collision_cannot_serve_another_prompts_kv():
     kv = KVCacheManager(8, page_size=4, prefix_caching=True)
-    a = _req("a", range(9))
-    _computed(kv, a, 9)
+    a = request_of("a", range(9))
+    mark_computed(kv, a, 9)
     (h, (g, page, parent, toks)), *_ = kv.prefix._entries.items()
     kv.prefix._entries[h] = (g, page, parent, (1, 2, 3, 4))  # same key, other tokens: a forged collision
-    assert kv.match_prefix(_req("b", range(9))) == 0
+    assert kv.match_prefix(request_of("b", range(9))) == 0
 
 
 def test_without_prefix_caching_nothing_is_matched():
     kv = KVCacheManager(8, page_size=4)
-    a = _req("a", range(9))
-    _computed(kv, a, 9)
-    assert kv.match_prefix(_req("b", range(9))) == 0 and kv.prefix is None
+    a = request_of("a", range(9))
+    mark_computed(kv, a, 9)
+    assert kv.match_prefix(request_of("b", range(9))) == 0 and kv.prefix is None
 
 
 def test_kvp_groups_share_cached_pages_group_by_group():
     kv = KVCacheManager(8, page_size=4, kvp=2, max_tokens_per_kvp_group=8, prefix_caching=True)
-    a = _req("a", range(15))
-    _computed(kv, a, 15)  # group 0: positions 0-7 (2 pages), group 1: 8-14
-    b = _req("b", range(15))
+    a = request_of("a", range(15))
+    mark_computed(kv, a, 15)  # group 0: positions 0-7 (2 pages), group 1: 8-14
+    b = request_of("b", range(15))
     assert kv.match_prefix(b) == 12
     assert kv.page_tables(b) == [kv.page_tables(a)[0], kv.page_tables(a)[1][:1]]
 
@@ -116,7 +102,7 @@ def test_random_shared_prefixes_under_memory_pressure_keep_the_page_bookkeeping_
         if step < 150 and rng.random() < 0.5:
             doc = rng.choice(docs)
             tail = [rng.randrange(1000) for _ in range(rng.randint(0, 12))]
-            r = _req(f"r{n}", doc[: rng.randint(1, len(doc))] + tail, max_tokens=rng.randint(1, 40))
+            r = request_of(f"r{n}", doc[: rng.randint(1, len(doc))] + tail, max_tokens=rng.randint(1, 40))
             n += 1
             s.add_request(r)
             reqs.append(r)
