@@ -33,8 +33,10 @@ class TextSoFar:
 
 
 class IncrementalText:
-    def __init__(self, tokenizer, stop: list[str] | tuple[str, ...] = (), prompt_ids: list[int] | None = None):
-        self._detok = None if tokenizer is None else tokenizer.incremental(prompt_ids or ())  # None: no text
+    def __init__(self, tokenizer, stop: list[str] | tuple[str, ...] = (), prompt_ids: list[int] | None = None,
+                 skip_special_tokens: bool = True):
+        self._detok = (None if tokenizer is None  # None: no text
+                       else tokenizer.incremental(prompt_ids or (), skip_special_tokens=skip_special_tokens))
         self._stop = list(stop)
         self._hold = max((len(s) for s in self._stop), default=1) - 1
         self._pieces: list[str] = []  # streamed text, in order; only appended to

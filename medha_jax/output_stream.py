@@ -19,7 +19,9 @@ from medha_jax.request import Request
 class OutputStream:
     def __init__(self, tokenizer, request: Request):
         self.request = request
-        self.text = IncrementalText(tokenizer, stop=request.sampling_params.stop, prompt_ids=request.prompt_token_ids)
+        sp = request.sampling_params
+        self.text = IncrementalText(tokenizer, stop=sp.stop, prompt_ids=request.prompt_token_ids,
+                                    skip_special_tokens=sp.skip_special_tokens)
         self._scores: dict | None = None
 
     def on_token(self, token: int, special: bool) -> str | None:

@@ -52,6 +52,9 @@ class SamplingParams:
     top_logprobs: int = 0
     """Also return, per sampled token, the top_logprobs most likely tokens and their
     log-probabilities (0..MAX_TOP_LOGPROBS, computed on the device; needs logprobs)."""
+    skip_special_tokens: bool = True
+    """Leave the tokenizer's special tokens (<|eot_id|>, ...) out of the text; False renders them.
+    A token that ends the generation (EOS, a stop token id) adds no text either way."""
     prompt_logprobs: int | None = None
     """Score the prompt: the log-probability of every prompt token after the first given the ones
     before it, plus that many most likely tokens at each position (0..MAX_TOP_LOGPROBS); None: off.
@@ -79,6 +82,8 @@ class SamplingParams:
         if (not isinstance(self.top_logprobs, int) or isinstance(self.top_logprobs, bool)
                 or not 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS):
             raise ValueError(f"top_logprobs must be an integer in [0, {MAX_TOP_LOGPROBS}], got {self.top_logprobs!r}")
+        if not isinstance(self.skip_special_tokens, bool):
+            raise ValueError(f"skip_special_tokens must be a boolean, got {self.skip_special_tokens!r}")
         if self.prompt_logprobs is not None and (
                 not isinstance(self.prompt_logprobs, int) or isinstance(self.prompt_logprobs, bool)
                 or not 0 <= self.prompt_logprobs <= MAX_TOP_LOGPROBS):

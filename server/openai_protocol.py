@@ -7,7 +7,8 @@
   RequestOutput(s) --completion_response / chat_response / *_chunk--> dicts the handlers serialize
 
 Supported beyond OpenAI's fields (send with `extra_body` in the openai client): top_k,
-stop_token_ids, ignore_eos, priority (lower first), ttft_deadline and tpot_target (seconds).
+stop_token_ids, ignore_eos, skip_special_tokens (vLLM's; false renders special tokens in the
+text), priority (lower first), ttft_deadline and tpot_target (seconds).
 Log-probabilities: completions `logprobs=N` and chat `logprobs=true, top_logprobs=N` (N <= 20)
 give each sampled token's log-probability and its N most likely alternatives (computed on the
 device with the sample). `n` choices per prompt (up to MAX_CHOICES; a seeded request's choice j
@@ -33,7 +34,8 @@ MAX_CHOICES = 16  # n and best_of: sequences one prompt may start
 from server.chat_template import validate_messages
 from server.validation import RequestError
 
-EXTENSIONS = {"top_k", "stop_token_ids", "ignore_eos", "priority", "ttft_deadline", "tpot_target"}
+EXTENSIONS = {"top_k", "stop_token_ids", "ignore_eos", "skip_special_tokens", "priority", "ttft_deadline",
+              "tpot_target"}
 COMMON = {"model", "max_tokens", "temperature", "top_p", "n", "stream", "stream_options", "stop", "seed",
           "presence_penalty", "frequency_penalty", "logit_bias", "user", "logprobs"} | EXTENSIONS
 COMPLETION_FIELDS = COMMON | {"prompt", "echo", "suffix", "best_of"}
@@ -135,6 +137,7 @@ def _common(body, allowed: set[str]) -> dict:
         "stop": _typed(body, "stop", lambda v: isinstance(v, (str, list)), "a string or a list of strings"),
         "stop_token_ids": _typed(body, "stop_token_ids", lambda v: isinstance(v, list), "a list of token ids"),
         "ignore_eos": _typed(body, "ignore_eos", lambda v: isinstance(v, bool), "a boolean"),
+        "skip_special_tokens": _typed(body, "skip_special_tokens", lambda v: isinstance(v, bool), "a boolean"),
     }
     if sampling["top_k"] == -1:
         sampling["top_k"] = 0  # vLLM spelling of "disabled"

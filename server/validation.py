@@ -27,7 +27,7 @@ SLO_SECONDS = (1e-3, 86400.0)
 """Range of the SLO hints (ttft_deadline, tpot_target): a millisecond to a day."""
 _TOKENIZE_IN_THREAD_CHARS = 8192
 _SAMPLING_FIELDS = ("max_tokens", "temperature", "top_k", "top_p", "seed", "stop", "stop_token_ids",
-                    "ignore_eos", "logprobs", "top_logprobs", "prompt_logprobs")
+                    "ignore_eos", "skip_special_tokens", "logprobs", "top_logprobs", "prompt_logprobs")
 
 
 class RequestError(ValueError):

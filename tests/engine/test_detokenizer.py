@@ -48,3 +48,16 @@ def test_generated_bytes_never_merge_into_the_prompts_last_character():
     streamed.append(inc.flush())
     assert "".join(streamed) == inc.text == TOK.decode(out) == "\ufffd\ufffd!"
 
+
+
+def test_special_tokens_are_left_out_of_the_text_unless_asked_for():
+    """skip_special_tokens (SamplingParams, default True): a special token in the middle of the
+    output (not one that ends it) renders only when it is False."""
+    special = next(t for t in range(TOK.vocab_size) if TOK.decode([t], skip_special_tokens=False)
+                   and not TOK.decode([t]))
+    ids = TOK.encode("ab", add_special_tokens=False) + [special] + TOK.encode("cd", add_special_tokens=False)
+    for skip, want in ((True, "abcd"), (False, "ab" + TOK.decode([special], skip_special_tokens=False) + "cd")):
+        inc = IncrementalText(TOK, skip_special_tokens=skip)
+        for t in ids:
+            inc.append(t)
+        assert inc.text == want

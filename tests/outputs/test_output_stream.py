@@ -26,7 +26,7 @@ class _LetterDetok:
 class _LetterTokenizer:
     """Token t decodes to one letter; enough to drive IncrementalText."""
 
-    def incremental(self, prompt_ids=()):
+    def incremental(self, prompt_ids=(), skip_special_tokens=True):
         return _LetterDetok()
 
 

@@ -15,7 +15,6 @@ import random
 
 import grpc
 import httpx
-import pytest
 
 from proto import medha_pb2, medha_pb2_grpc
 

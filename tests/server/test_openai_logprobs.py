@@ -26,7 +26,7 @@ NEW, TOP = 5, 4
 def _demo():
     mesh = make_mesh({"tp": 1}, devices=jax.devices()[:1])
     _, params, _ = load_demo(mesh, seed=EngineConfig().seed)  # the engine seeds the demo's weights
-    return mesh, params, make_forward(DEMO_CONFIG, mesh, paged_attention_xla)
+    return mesh, params, jax.jit(make_forward(DEMO_CONFIG, mesh, paged_attention_xla))
 
 
 def _log_softmax_after(prefix: list[int]) -> np.ndarray:

@@ -13,14 +13,14 @@ from server.validation import RequestError, build_sampling_params, field_of_mess
 def test_completion_request_maps_fields_and_extensions():
     r = parse_completion({"model": "demo", "prompt": ["a", [1, 2]], "max_tokens": 5, "temperature": 0, "top_p": 0.5,
                           "stop": "x", "seed": 3, "top_k": -1, "stop_token_ids": [7], "ignore_eos": True,
-                          "priority": 2, "ttft_deadline": 1.5, "stream": True,
+                          "skip_special_tokens": False, "priority": 2, "ttft_deadline": 1.5, "stream": True,
                           "stream_options": {"include_usage": True}, "logprobs": 0, "n": 1}, max_prompts=4)
     assert r.prompts == ["a", [1, 2]] and r.stream and r.include_usage and r.logprobs
     assert r.sampling == {"max_tokens": 5, "temperature": 0, "top_p": 0.5, "top_k": 0, "seed": 3, "stop": "x",
-                          "stop_token_ids": [7], "ignore_eos": True}
+                          "stop_token_ids": [7], "ignore_eos": True, "skip_special_tokens": False}
     assert (r.priority, r.ttft_deadline) == (2, 1.5)
     sp = build_sampling_params(dict(r.sampling, logprobs=True))
-    assert (sp.max_tokens, sp.temperature, sp.stop, sp.top_k) == (5, 0, ["x"], 0)
+    assert (sp.max_tokens, sp.temperature, sp.stop, sp.top_k, sp.skip_special_tokens) == (5, 0, ["x"], 0, False)
 
 
 def test_echo_with_logprobs_scores_the_prompt_and_max_tokens_0_only_scores():
