@@ -427,7 +427,11 @@ class SLOPolicy(DeadlinePolicy):
         admitted, aside = sacrifice(jobs, now, rate=self._share or 1.0, margin=self._margin, inflate=self.inflate)
         self.set_aside = set(aside)
         waiting, partial_set = self._store(), set(partials)
-        firsts = sorted(((r.arrival_time + info[r][0], r) for r in self._firsts), key=_first)
+        # With a first token: waiting after preemption, or already recomputing their context in
+        # chunks (running partials that left the queue; no scan covers them either).
+        recomputing = (r for r in partials if r.output_token_ids)
+        firsts = sorted(((r.arrival_time + info[r][0], r) for r in itertools.chain(self._firsts, recomputing)),
+                        key=_first)
         aside = [(r.priority_class, r.arrival_time + info[r][0], 0, r) for r in aside
                  if r in waiting or r in partial_set]
         if len({e[0] for e in aside}) > 1:

@@ -79,3 +79,20 @@ def test_bad_prompt_logprobs_are_refused():
               num_pages=64, warmup=False)
     with pytest.raises(ValueError, match="prompt_logprobs needs a chunked scheduler"):
         llm.generate([[1, 2, 3]], SamplingParams(prompt_logprobs=1))
+
+
+def test_scored_prompts_preempted_after_their_first_token_recompute_and_finish(tmp_path):
+    """16 scored prompts on 96 pages with the default scheduler (slo): decodes preempt requests
+    that already have tokens, whose recompute then takes several row-capped chunks. slo once
+    stopped offering such a partial recompute (neither waiting nor a first-token prefill), and
+    the engine spun with nothing to run; every request must finish."""
+    llm = LLM(model="demo", mesh="tp=1", num_devices=1, num_pages=96, page_size=16, max_model_len=256,
+              max_num_batched_tokens=64, max_num_seqs=16, warmup=False, profile_dir=str(tmp_path))
+    sps = [SamplingParams(max_tokens=120, temperature=1.0, seed=j, ignore_eos=True, prompt_logprobs=20)
+           for j in range(16)]
+    outs = llm.generate(["stall " * 20] * 16, sps)
+    assert all(o.finished and len(o.token_ids) == 120 for o in outs)
+    assert any(o.metrics.num_preemptions for o in outs)
+    assert all(o.prompt_logprobs == outs[0].prompt_logprobs for o in outs)  # the same prompt, scored alike
+    kv = llm.engine.kv_manager
+    assert kv.num_free_pages == kv.num_total_pages
