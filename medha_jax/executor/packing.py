@@ -72,10 +72,13 @@ def pack_batch(step: StepInput, bucket: Bucket, page_size: int, *, kvp: int = 1,
     for i, seq in enumerate(step.seqs):
         end = cu[i + 1]
         n = seq.num_rows  # rows [row, row + n): the sequence's last n tokens (n = 1: its last)
-        rows = slice(row, row + n)
-        logits_indices[rows] = np.arange(end - n, end)
         if seq.targets:
+            rows = slice(row, row + n)
+            logits_indices[rows] = np.arange(end - n, end)
             target[rows] = seq.targets
+        else:  # the common case, scalar stores (hundreds of decodes per step)
+            rows = row
+            logits_indices[row] = end - 1
         temperature[rows] = seq.temperature
         top_k[rows] = seq.top_k
         top_p[rows] = seq.top_p
