@@ -54,7 +54,7 @@ class HostPageStore:
         """Device page `page` of kvp group `group` (prefix-cache entry h) is about to be reused:
         keep a copy of its KV (nothing to copy when h is here already)."""
         if h in self._entries:
-            self._entries[h] = self._entries.pop(h)  # most recently used
+            self.touch(h)
             return
         if self._used_slots < self.num_slots:
             slot = self._used_slots
@@ -77,8 +77,8 @@ class HostPageStore:
 
     def restore(self, h: int, page: int) -> None:
         """Copy entry h (checked with `has`) back into device page `page` of its group."""
-        slot, group, parent, tokens = self._entries.pop(h)
-        self._entries[h] = (slot, group, parent, tokens)
+        self.touch(h)
+        slot, group = self._entries[h][:2]
         self._ops.append(SwapOp("in", group, page, slot))
         self.restored_pages += 1
 

@@ -216,8 +216,8 @@ class KVCacheManager:
         """Give a request that holds no pages the cached pages of its longest cached prefix (whole
         pages, leaving at least one token to compute); returns the tokens they cover (0 without
         prefix caching or a hit). The caller sets `num_computed_tokens` to it."""
-        if self.prefix is None or request.request_id in self.tables or request.sampling_params.prompt_logprobs is not None:
-            return 0  # a prompt being scored needs logits at every position: it computes them all
+        if not self._may_reuse(request) or request.request_id in self.tables:
+            return 0
         known = request.prompt_len + len(request.output_token_ids)
         tokens = request.token_ids_slice(0, known)
         hits = self.prefix.match(request.request_id, tokens, (known - 1) // self.page_size)  # taken for it
@@ -233,10 +233,15 @@ class KVCacheManager:
         self.covered[request.request_id] = n
         return n
 
+    def _may_reuse(self, request: Request) -> bool:
+        """Prefix caching is on and the request may take cached pages: a prompt being scored
+        (`SamplingParams.prompt_logprobs`) needs logits at every position, so it computes them all."""
+        return self.prefix is not None and request.sampling_params.prompt_logprobs is None
+
     def peek_prefix(self, request: Request) -> int:
         """Tokens `match_prefix` would give the request now (0 without prefix caching); takes no
         pages and counts nothing. Costs one hash per cached page (and one for the first miss)."""
-        if self.prefix is None or request.sampling_params.prompt_logprobs is not None:
+        if not self._may_reuse(request):
             return 0
         known = request.prompt_len + len(request.output_token_ids)
         return self.prefix.peek(request.token_ids_slice(0, known), (known - 1) // self.page_size) * self.page_size

@@ -54,15 +54,10 @@ class PrefixCache:
         taken for the request (one more owner). A page only the host tier holds is restored into
         a newly allocated device page (which may evict parked pages, never one taken here); the
         match stops where a group has no page left for that."""
-        ps, out, chain, parent = self.page_size, [], [], _ROOT
-        entries, host = self._entries, self.host
-        for i in range(max_pages):
-            page_tokens = tuple(tokens[i * ps:(i + 1) * ps])
-            h = hash((parent, page_tokens))
-            g = i // self.pages_per_group
-            e = entries.get(h)
-            if e is not None and e[3] == page_tokens and e[2] == parent and e[0] == g:
-                page = e[1]
+        out, chain, host = [], [], self.host
+        for g, h, parent, page_tokens in self._pages(tokens, max_pages):
+            page = self._on_device(g, h, parent, page_tokens)
+            if page is not None:
                 self.allocators[g].acquire(page)
             elif host is not None and host.has(h, g, parent, page_tokens):
                 page = self._restore(h, g, parent, page_tokens)
@@ -72,9 +67,23 @@ class PrefixCache:
                 break
             out.append((g, page))
             chain.append(h)
-            parent = h
         self._chains[request_id] = chain
         return out
+
+    def _pages(self, tokens: Sequence[int], max_pages: int):
+        """(group, key, parent key, the page's tokens) of pages 0 .. max_pages-1 of `tokens`."""
+        ps, parent = self.page_size, _ROOT
+        for i in range(max_pages):
+            page_tokens = tuple(tokens[i * ps:(i + 1) * ps])
+            h = hash((parent, page_tokens))
+            yield i // self.pages_per_group, h, parent, page_tokens
+            parent = h
+
+    def _on_device(self, g: int, h: int, parent: int, page_tokens: tuple[int, ...]) -> int | None:
+        """The device page cached under key h, if its entry really is this page (same tokens,
+        parent and group: a hash collision is a miss)."""
+        e = self._entries.get(h)
+        return e[1] if e is not None and e[3] == page_tokens and e[2] == parent and e[0] == g else None
 
     def _restore(self, h: int, g: int, parent: int, page_tokens: tuple[int, ...]) -> int | None:
         """A device page (refcount 1, indexed under h) that host entry h is copied into; None when
@@ -95,27 +104,18 @@ class PrefixCache:
 
     def peek(self, tokens: Sequence[int], max_pages: int) -> int:
         """How many pages `match` would find now (host-tier ones included); changes nothing."""
-        return self._walk(tokens, max_pages)
+        host = self.host
+        for i, (g, h, parent, page_tokens) in enumerate(self._pages(tokens, max_pages)):
+            if (self._on_device(g, h, parent, page_tokens) is None
+                    and not (host is not None and host.has(h, g, parent, page_tokens))):
+                return i
+        return max_pages
 
     def record(self, queried_tokens: int, hit_tokens: int) -> None:
         """An admitted request looked up `queried_tokens` tokens and got `hit_tokens` from the cache
         (counted once per admission, however often the scheduler offered it a prefix before)."""
         self.queried_tokens += queried_tokens
         self.hit_tokens += hit_tokens
-
-    def _walk(self, tokens: Sequence[int], max_pages: int) -> int:
-        """Pages from position 0 cached on the device or (with a host tier) in host memory."""
-        ps, parent, host = self.page_size, _ROOT, self.host
-        for i in range(max_pages):
-            page_tokens = tuple(tokens[i * ps:(i + 1) * ps])
-            h = hash((parent, page_tokens))
-            g = i // self.pages_per_group
-            e = self._entries.get(h)
-            if not ((e is not None and e[3] == page_tokens and e[2] == parent and e[0] == g)
-                    or (host is not None and host.has(h, g, parent, page_tokens))):
-                return i
-            parent = h
-        return max_pages
 
     def register(self, request_id: str, new_tokens: Sequence[int], num_full_pages: int,
                  page_of: Callable[[int], tuple[int, int]]) -> None:
