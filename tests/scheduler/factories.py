@@ -60,3 +60,34 @@ def mark_computed(kv: KVCacheManager, req: Request, n: int) -> None:
     kv.allocate(req, n - req.num_computed_tokens)
     req.num_computed_tokens = n
     kv.commit(req)
+
+
+def run_shared_prefix_traffic(s, rng, *, num_docs: int, steps: int, arrive_until: int, abort_every: int,
+                              abort_at: int, token=lambda: 5, before_done=None, after_output=None) -> list[Request]:
+    """Random requests that start with prefixes of `num_docs` random documents (plus a random
+    tail) arrive at half the steps before `arrive_until`; one random live request is aborted every
+    `abort_every` steps (at offset `abort_at`); every step schedules, calls before_done(s, batch),
+    completes the batch with token() as every sampled token, then calls after_output(s, batch).
+    Stops once everything finished after the arrivals; returns the requests."""
+    docs = [[rng.randrange(1000) for _ in range(rng.randint(20, 90))] for _ in range(num_docs)]
+    reqs, t = [], 0.0
+    for step in range(steps):
+        if step < arrive_until and rng.random() < 0.5:
+            doc = rng.choice(docs)
+            tail = [rng.randrange(1000) for _ in range(rng.randint(0, 12))]
+            r = request_of(f"r{len(reqs)}", doc[: rng.randint(1, len(doc))] + tail, max_tokens=rng.randint(1, 40))
+            s.add_request(r)
+            reqs.append(r)
+        if step % abort_every == abort_at and s.requests:
+            s.abort(rng.choice(list(s.requests)).request_id)
+        b = s.schedule(t)
+        if before_done is not None:
+            before_done(s, b)
+        t += 1.0
+        s.on_batch_done(b, t)
+        s.update_from_output(b, token(), t)
+        if after_output is not None:
+            after_output(s, b)
+        if step > arrive_until and not s.has_unfinished:
+            break
+    return reqs

@@ -13,7 +13,7 @@ import pytest
 
 from medha_jax.host_page_store import HostPageStore, SwapOp
 from medha_jax.kv_cache_manager import KVCacheManager
-from tests.scheduler.factories import make_scheduler, mark_computed, request_of
+from tests.scheduler.factories import make_scheduler, mark_computed, request_of, run_shared_prefix_traffic
 
 
 def test_an_evicted_page_is_saved_to_host_and_a_match_restores_it():
@@ -141,30 +141,17 @@ class _Memory:
 @pytest.mark.parametrize("policy,host_slots", [("fcfs", 64), ("srpt", 64), ("fcfs", 3)])
 def test_random_traffic_reads_exactly_its_own_kv_through_evictions_and_restores(policy, host_slots):
     rng = random.Random(5)
-    docs = [[rng.randrange(1000) for _ in range(rng.randint(20, 90))] for _ in range(5)]
     s = make_scheduler(policy, num_pages=24, page_size=8, max_num_batched_tokens=48)
     s.kv = KVCacheManager(24, page_size=8, prefix_caching=True, host_slots=host_slots)
     mem = _Memory(8)
-    reqs, t, n = [], 0.0, 0
-    for step in range(600):
-        if step < 200 and rng.random() < 0.5:
-            doc = rng.choice(docs)
-            tail = [rng.randrange(1000) for _ in range(rng.randint(0, 12))]
-            r = request_of(f"r{n}", doc[: rng.randint(1, len(doc))] + tail, max_tokens=rng.randint(1, 40))
-            n += 1
-            s.add_request(r)
-            reqs.append(r)
-        if step % 41 == 7 and s.requests:
-            s.abort(rng.choice(list(s.requests)).request_id)
-        b = s.schedule(t)
+
+    def run_step(s, b):  # the tier's copies, then the step's reads and writes
         mem.apply(s.kv.take_swap_ops())
         for seq in b.seqs:
             mem.check_and_write(seq)
-        t += 1.0
-        s.on_batch_done(b, t)
-        s.update_from_output(b, rng.randrange(1000), t)
-        if step > 200 and not s.has_unfinished:
-            break
+
+    reqs = run_shared_prefix_traffic(s, rng, num_docs=5, steps=600, arrive_until=200, abort_every=41, abort_at=7,
+                                     token=lambda: rng.randrange(1000), before_done=run_step)
     assert not s.has_unfinished and all(r.is_finished for r in reqs)
     host = s.kv.host
     assert s.num_preemptions > 0 and host.saved_pages > 0 and host.restored_pages > 0

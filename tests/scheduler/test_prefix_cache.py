@@ -11,7 +11,7 @@ import random
 import pytest
 
 from medha_jax.kv_cache_manager import KVCacheManager
-from tests.scheduler.factories import make_scheduler, mark_computed, request_of
+from tests.scheduler.factories import make_scheduler, mark_computed, request_of, run_shared_prefix_traffic
 
 
 def test_a_second_request_reuses_the_full_pages_of_a_shared_prefix():
@@ -93,28 +93,10 @@ def _check_pages(sched):
 
 @pytest.mark.parametrize("policy", ["fcfs", "srpt"])
 def test_random_shared_prefixes_under_memory_pressure_keep_the_page_bookkeeping_exact(policy):
-    rng = random.Random(3)
-    docs = [[rng.randrange(1000) for _ in range(rng.randint(20, 90))] for _ in range(4)]
     s = make_scheduler(policy, num_pages=24, page_size=8, max_num_batched_tokens=48)
     s.kv = KVCacheManager(24, page_size=8, prefix_caching=True)
-    reqs, t, n = [], 0.0, 0
-    for step in range(400):
-        if step < 150 and rng.random() < 0.5:
-            doc = rng.choice(docs)
-            tail = [rng.randrange(1000) for _ in range(rng.randint(0, 12))]
-            r = request_of(f"r{n}", doc[: rng.randint(1, len(doc))] + tail, max_tokens=rng.randint(1, 40))
-            n += 1
-            s.add_request(r)
-            reqs.append(r)
-        if step % 37 == 5 and s.requests:
-            s.abort(rng.choice(list(s.requests)).request_id)
-        b = s.schedule(t)
-        t += 1.0
-        s.on_batch_done(b, t)
-        s.update_from_output(b, 5, t)
-        _check_pages(s)
-        if step > 150 and not s.has_unfinished:
-            break
+    reqs = run_shared_prefix_traffic(s, random.Random(3), num_docs=4, steps=400, arrive_until=150, abort_every=37,
+                                     abort_at=5, after_output=lambda s, b: _check_pages(s))
     assert not s.has_unfinished
     assert sum(r.num_cached_tokens for r in reqs) > 0 and s.num_preemptions > 0
     assert all(r.is_finished for r in reqs)
