@@ -11,7 +11,8 @@ GQA 8:2, vocab 8192, float32; max_position_embeddings 32768) and saves it as saf
 systems load that directory (medha-jax: `LLM(model=dir, dtype="float32")`, every other setting
 its default, num_pages raised only so one 16K-token prompt fits) -> one untimed pass of every
 job on each (compiles; medha-jax then waits for its background compiler) -> `repeats` rounds, each
-running every job on both systems, the order reversed every other round ->
+running every job on both systems, the order reversed every other round; every pass has new prompts
+(the same for both systems), so medha-jax's prefix cache never skips a prefill HF has to do ->
   offline: 16 prompts x 512 tokens, 64 new, greedy (HF: one `generate` call on the batch)
   prefill: one prompt of 2K / 8K / 16K tokens, max_tokens=1 (HF: one forward, last logits only)
 -> medians, medha-jax / HF throughput ratios, greedy-token agreement, load averages ->
@@ -99,35 +100,38 @@ def main(argv=None) -> int:
     start_s = time.perf_counter() - t0
     log(f"medha-jax up in {start_s:.1f} s")
     V = cfg["vocab_size"]
-    job = [[(k * 7919 + i * 104729) % (V - 512) + 256 for i in range(prompt_len)] for k in range(prompts)]
-    longs = {n: [(i * 2654435761) % (V - 512) + 256 for i in range(n)] for n in lens}
+    # New prompts for every pass (both systems get the same ones): medha-jax's prefix cache would
+    # otherwise serve a repeated prompt's KV and skip the prefill HF has to do.
+    job = lambda r: [[(k * 7919 + i * 104729 + r * 15485863) % (V - 512) + 256 for i in range(prompt_len)]  # noqa: E731
+                     for k in range(prompts)]
+    longs = lambda n, r: [(i * 2654435761 + r * 15485863) % (V - 512) + 256 for i in range(n)]  # noqa: E731
     sp_job = SamplingParams(max_tokens=new_tokens, temperature=0.0, ignore_eos=True)
     sp_one = SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True)
 
-    def medha_offline():
+    def medha_offline(r):
         t = time.perf_counter()
-        outs = llm.generate(job, sp_job)
+        outs = llm.generate(job(r), sp_job)
         return time.perf_counter() - t, [o.token_ids for o in outs]
 
-    def hf_offline():
-        r = hf.call(op="generate", prompts=job, max_new_tokens=new_tokens)
-        return r["seconds"], r["tokens"]
+    def hf_offline(r):
+        out = hf.call(op="generate", prompts=job(r), max_new_tokens=new_tokens)
+        return out["seconds"], out["tokens"]
 
-    def medha_prefill(n):
+    def medha_prefill(n, r):
         t = time.perf_counter()
-        out = llm.generate([longs[n]], sp_one)[0]
+        out = llm.generate([longs(n, r)], sp_one)[0]
         return time.perf_counter() - t, out.token_ids[0]
 
-    def hf_prefill(n):
-        r = hf.call(op="prefill", prompt=longs[n])
-        return r["seconds"], r["token"]
+    def hf_prefill(n, r):
+        out = hf.call(op="prefill", prompt=longs(n, r))
+        return out["seconds"], out["token"]
 
     jobs = [("offline", medha_offline, hf_offline)] + [
-        (f"prefill {n}", (lambda n=n: medha_prefill(n)), (lambda n=n: hf_prefill(n))) for n in lens]
+        (f"prefill {n}", (lambda r, n=n: medha_prefill(n, r)), (lambda r, n=n: hf_prefill(n, r))) for n in lens]
     load_before = os.getloadavg()
     t0 = time.perf_counter()
     for name, m, h in jobs:  # untimed: compiles (medha-jax), allocator warm-up (both)
-        m(), h()
+        m(0), h(0)
     llm.engine.executor.wait_compiled(1800)
     log(f"untimed pass and background compiles done in {time.perf_counter() - t0:.1f} s")
     compiles_before = llm.engine.executor.compiles_after_warmup
@@ -138,7 +142,7 @@ def main(argv=None) -> int:
             order = [("medha", m), ("hf", h)] if rep % 2 == 0 else [("hf", h), ("medha", m)]
             res = {}
             for who, fn in order:
-                sec, toks = fn()
+                sec, toks = fn(rep + 1)
                 times[name][who].append(sec)
                 res[who] = toks
             agree[name] = res

@@ -85,6 +85,26 @@ def test_seed_and_step_determine_the_draw_whatever_the_batch():
     assert int(alone[0]) == int(together[3])
 
 
+def test_a_rows_draw_does_not_depend_on_other_rows_filtering():
+    """The vocabulary is sorted only when some row filters (top-k / top-p); the noise is tied to
+    token ids, so an unfiltered row draws the same token either way, and a filter that keeps
+    every token (top_k = V, top_p = 1) is no filter."""
+    rng = np.random.default_rng(5)
+    V = 64
+    rows = rng.standard_normal((4, V)).astype(np.float32)
+    seeds, steps = np.array([11, 12, 13, 14]), np.array([3, 1, 4, 1])
+    free, *_ = sample_jit(jnp.asarray(rows), _arrays(4, temperature=1.0, seed=seeds, step=steps))
+    mixed, *_ = sample_jit(jnp.asarray(rows), _arrays(4, temperature=1.0, seed=seeds, step=steps,
+                                                      top_k=np.array([0, 5, V, 0]), top_p=np.array([1.0, 1.0, 1.0, 0.5])))
+    assert int(free[0]) == int(mixed[0]) and int(free[2]) == int(mixed[2])
+    # the filtered rows still draw from their kept tokens only
+    order = np.argsort(-rows, axis=-1, kind="stable")
+    assert int(mixed[1]) in order[1, :5]
+    p3 = np.exp(rows[3][order[3]] - rows[3].max()); p3 /= p3.sum()
+    kept = order[3, : int(np.searchsorted(np.cumsum(p3) - p3, 0.5, side="left"))]
+    assert int(mixed[3]) in kept
+
+
 @pytest.mark.parametrize("V", [50, 12])
 def test_top_logprobs_are_the_most_likely_tokens_of_the_model(V):
     """The K = min(20, V) most likely tokens by the model's logits (not the temperature-scaled
