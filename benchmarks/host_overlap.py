@@ -71,17 +71,20 @@ def main(argv=None) -> int:
         llms[mode].engine.executor.timeline = DeviceTimeline()
         log(f"{mode}: up in {start_s[mode]:.1f} s")
 
-    def job_inputs(n, plen, new):
-        prompts = [[(k * 7919 + i * 104729) % (V - 512) + 256 for i in range(plen)] for k in range(n)]
+    def job_inputs(n, plen, new, r):
+        """New prompts for every pass r (the same for both engines): with the prefix cache on by
+        default, a repeated job would be served from cache instead of prefilled."""
+        prompts = [[(k * 7919 + i * 104729 + r * 15485863) % (V - 512) + 256 for i in range(plen)] for k in range(n)]
         return prompts, SamplingParams(max_tokens=new, temperature=0.0, ignore_eos=True)
 
     rows = []
     for job, n, plen, new in jobs:
-        prompts, sp = job_inputs(n, plen, new)
+        prompts, sp = job_inputs(n, plen, new, 0)
         for mode in modes:
             llms[mode].generate(prompts, sp)  # untimed: every bucket this job needs is warm
         stats = {m: dict(walls=[], idle=[], idle_s=[], iters=[], tokens=None) for m in modes}
         for rep in range(args.repeats):
+            prompts, sp = job_inputs(n, plen, new, rep + 1)
             for mode in (modes if rep % 2 == 0 else reversed(list(modes))):
                 eng = llms[mode].engine
                 eng.executor.timeline.reset()
