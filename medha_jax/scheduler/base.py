@@ -418,14 +418,17 @@ class Scheduler:
         key = self.policy.key
         floor = None if decode else key(requester, now)
         worst, worst_key = None, None
+        after = False  # past the requester in admission order: on equal keys, newer gives way to older
         for r in self.running:
+            if r is requester:
+                after = True
+                continue
             # num_remaining_tokens == 0: its last chunk or decode is still in the pipeline (SPP).
-            if (r is requester or r in self._in_flight or self.is_decode(r) or r.num_remaining_tokens == 0
-                    or r.num_pending_tokens):
+            if r in self._in_flight or self.is_decode(r) or r.num_remaining_tokens == 0 or r.num_pending_tokens:
                 continue
             k = key(r, now)
-            if (floor is None or k > floor) and (worst is None or k > worst_key):
-                worst, worst_key = r, k
+            if (floor is None or k > floor or (k == floor and after)) and (worst is None or k >= worst_key):
+                worst, worst_key = r, k  # >=: the newest of equal keys
         if worst is not None or not decode:
             return worst
         for r in reversed(self.running):
