@@ -22,7 +22,9 @@ considered is the policy's (`policies.py`). This class owns the shared mechanics
 page allocation with preemption under memory pressure, state transitions and records.
 
 Preemption (recompute): when a running request needs pages that are not free, the scheduler
-frees the lowest-priority partial prefill not already in this batch, then (for decodes only)
+frees the lowest-priority partial prefill not already in this batch (a prefill may take pages only
+from one of lower priority, or of equal priority admitted after it: among equal keys the newest
+gives way, so a full pool of equal-deadline prompts cannot stall), then (for decodes only)
 the most recently started decode; a decode with no victim left preempts itself. A preempted
 request returns to the waiting queue with num_computed_tokens = 0 (status PREEMPTED until the
 batch is done, then WAITING) and keeps its generated tokens, which are recomputed as context.
