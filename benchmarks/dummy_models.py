@@ -1,6 +1,7 @@
 """Model directories for benchmarks with no weight files: config.json + a byte-level tokenizer.
 
     write_model_dir(root, name, config) -> root/name/{config.json, tokenizer.json}
+    batch_prompts(count, length, vocab, pass_no) -> the batch jobs' prompts (new ones every pass)
 
 Served with `LLM(model=dir, load_format="dummy")`: seeded random weights of the config's shapes.
 The tokenizer is byte-level (token b < 256 is byte b) with the rest of the model's vocabulary
@@ -48,3 +49,11 @@ def write_model_dir(root: Path, name: str, config: dict) -> Path:
     tok.decoder = decoders.ByteLevel()
     tok.save(str(d / "tokenizer.json"))
     return d
+
+
+def batch_prompts(count: int, length: int, vocab: int, pass_no: int = 0) -> list[list[int]]:
+    """`count` prompts of `length` token ids in [256, vocab - 256), different for every `pass_no`:
+    a benchmark that repeats a job gives each pass new prompts (the same for every engine), since the
+    prefix cache, on by default, would serve a repeated prompt's KV instead of prefilling it."""
+    return [[(k * 7919 + i * 104729 + pass_no * 15485863) % (vocab - 512) + 256 for i in range(length)]
+            for k in range(count)]

@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from dummy_models import LLAMA_31M, TINY, write_model_dir  # noqa: E402
+from dummy_models import LLAMA_31M, TINY, batch_prompts, write_model_dir  # noqa: E402
 from results_io import provenance, run_info, write_results  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -72,10 +72,8 @@ def main(argv=None) -> int:
         log(f"{mode}: up in {start_s[mode]:.1f} s")
 
     def job_inputs(n, plen, new, r):
-        """New prompts for every pass r (the same for both engines): with the prefix cache on by
-        default, a repeated job would be served from cache instead of prefilled."""
-        prompts = [[(k * 7919 + i * 104729 + r * 15485863) % (V - 512) + 256 for i in range(plen)] for k in range(n)]
-        return prompts, SamplingParams(max_tokens=new, temperature=0.0, ignore_eos=True)
+        """Pass r's prompts (new every pass, the same for both engines) and sampling params."""
+        return batch_prompts(n, plen, V, r), SamplingParams(max_tokens=new, temperature=0.0, ignore_eos=True)
 
     rows = []
     for job, n, plen, new in jobs:

@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from dummy_models import LLAMA_31M, TINY, write_model_dir  # noqa: E402
+from dummy_models import LLAMA_31M, TINY, batch_prompts, write_model_dir  # noqa: E402
 from results_io import provenance, run_info, write_results  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -60,10 +60,7 @@ def main(argv=None) -> int:
                   min_token_bucket=16, min_seq_bucket=4, min_page_bucket=8, warmup=False,
                   profile_dir=str(args.workdir / "profiles"))
     V = cfg["vocab_size"]
-    # New prompts for every pass (the same for every policy): with the prefix cache on by default,
-    # a repeated batch would be served from cache instead of prefilled.
-    job = lambda r: [[(k * 7919 + i * 104729 + r * 15485863) % (V - 512) + 256 for i in range(args.prompt_len)]  # noqa: E731
-                     for k in range(args.prompts)]
+    job = lambda r: batch_prompts(args.prompts, args.prompt_len, V, r)  # noqa: E731 - new prompts every pass
     sp = SamplingParams(max_tokens=args.new_tokens, temperature=0.0, ignore_eos=True)
     log = lambda m: print(f"[offline {time.strftime('%H:%M:%S')}] {m}", flush=True)  # noqa: E731
     load_before = os.getloadavg()

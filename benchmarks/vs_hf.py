@@ -33,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from dummy_models import LLAMA_31M, TINY, write_model_dir  # noqa: E402
+from dummy_models import LLAMA_31M, TINY, batch_prompts, write_model_dir  # noqa: E402
 from results_io import provenance, run_info, write_results  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -102,8 +102,7 @@ def main(argv=None) -> int:
     V = cfg["vocab_size"]
     # New prompts for every pass (both systems get the same ones): medha-jax's prefix cache would
     # otherwise serve a repeated prompt's KV and skip the prefill HF has to do.
-    job = lambda r: [[(k * 7919 + i * 104729 + r * 15485863) % (V - 512) + 256 for i in range(prompt_len)]  # noqa: E731
-                     for k in range(prompts)]
+    job = lambda r: batch_prompts(prompts, prompt_len, V, r)  # noqa: E731
     longs = lambda n, r: [(i * 2654435761 + r * 15485863) % (V - 512) + 256 for i in range(n)]  # noqa: E731
     sp_job = SamplingParams(max_tokens=new_tokens, temperature=0.0, ignore_eos=True)
     sp_one = SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True)
