@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import jax
 
@@ -191,6 +191,11 @@ def build_engine_parts(config: EngineConfig, scheduler_config: SchedulerConfig |
     """Everything the leader (process 0, or the only process) needs to serve."""
     scfg = scheduler_config if scheduler_config is not None else SchedulerConfig()
     dev = build_device_side(config, scfg)
+    if scfg.pipeline_depth is None:  # the budget is per output token: one tick is 1/spp of it
+        scfg = replace(scfg, pipeline_depth=dev.executor.depth)
+    elif scfg.pipeline_depth != dev.executor.depth:
+        raise ValueError(f"pipeline_depth={scfg.pipeline_depth} does not match the mesh's spp={dev.executor.depth}; "
+                         f"leave it unset")
     kv_manager = dev.kv_manager
     predictor = get_predictor(config, scfg, dev.executor, profile_key_for(config, dev.mesh),
                               dev.model_config.vocab_size, dev.max_model_len)

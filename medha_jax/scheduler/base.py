@@ -201,12 +201,18 @@ class Scheduler:
         return len(self.running)
 
     @property
-    def t_target(self) -> float:
-        """This iteration's time budget: the configured one, tightened by live per-request TPOT
-        targets; infinite in batch mode while no live request has a TPOT target."""
+    def token_target(self) -> float:
+        """Seconds allowed between two output tokens of a decode: the configured t_target, tightened
+        by live per-request TPOT targets; infinite in batch mode while no live request has one."""
         if not self._tpot_targets:
             return math.inf if self.config.batch_mode else self.config.t_target
         return min(self.config.t_target, min(self._tpot_targets))
+
+    @property
+    def t_target(self) -> float:
+        """This iteration's time budget: `token_target` over the pipeline depth (an iteration is one
+        tick; a token passes `depth` ticks of lockstep stages). Equal to token_target without SPP."""
+        return self.token_target / self.config.depth
 
     # ---- one iteration -----------------------------------------------------------------------
     def schedule(self, now: float) -> ScheduledBatch:

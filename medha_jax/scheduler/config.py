@@ -31,6 +31,11 @@ class SchedulerConfig:
     """Iteration time budget in seconds for edf/lrs/lars/slo (default 0.05, or tpot_slo when given)."""
     tpot_slo: float | None = None
     """Decode time-per-output-token SLO in seconds; when set, t_target defaults to it."""
+    pipeline_depth: int | None = None
+    """Stream-pipeline stages (the mesh's spp; None: the engine fills it in, 1 outside an engine).
+    t_target is per output token: a decode's next token needs its batch to pass every stage, one
+    tick each (the stages run in lockstep), so one iteration (a tick) gets t_target /
+    pipeline_depth, and the runtime predictor predicts ticks."""
     batch_mode: bool = False
     """No TPOT target for requests that give none of their own: while no live request has one,
     the time-budget policies pack each iteration for throughput (the largest chunks the token cap
@@ -91,6 +96,9 @@ class SchedulerConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+        if self.pipeline_depth is not None and (
+                not isinstance(self.pipeline_depth, int) or isinstance(self.pipeline_depth, bool) or self.pipeline_depth < 1):
+            raise ValueError(f"pipeline_depth must be an integer >= 1 (the mesh's spp), got {self.pipeline_depth!r}")
         if self.max_num_batched_tokens is None:
             self.max_num_batched_tokens = (
                 self.max_chunk + self.max_num_seqs if self.policy in TIME_BUDGET_POLICIES else 512
@@ -124,6 +132,16 @@ class SchedulerConfig:
             raise ValueError(f"multi_prefill_fraction must be in (0, 1], got {self.multi_prefill_fraction!r}")
         if not 0.0 <= self.rho_max < 1.0:
             raise ValueError(f"rho_max must be in [0, 1), got {self.rho_max!r}")
+
+    @property
+    def depth(self) -> int:
+        """Pipeline stages a token passes (pipeline_depth, 1 when not set)."""
+        return self.pipeline_depth or 1
+
+    @property
+    def tick_target(self) -> float:
+        """The configured budget of one iteration (one pipeline tick): t_target / depth."""
+        return self.t_target / self.depth
 
     @property
     def uses_time_budget(self) -> bool:

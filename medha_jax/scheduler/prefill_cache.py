@@ -31,7 +31,7 @@ class PrefillTimeCache:
     def __init__(self, predictor, config: SchedulerConfig, *, cache_dir: str | None = None,
                  initial_len: int = 1 << 16):
         self.predictor = predictor
-        self.t_target = config.t_target
+        self.t_target = config.tick_target  # the packer's budget for one iteration (tick)
         self.granularity = config.prefill_cache_granularity
         self._chunk = dict(granularity=config.chunk_granularity, min_chunk=config.min_chunk,
                            max_chunk=config.max_chunk, accept_within=config.accept_within)

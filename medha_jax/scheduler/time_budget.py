@@ -12,7 +12,8 @@
       pages reserved (running prefills may preempt lower-priority partial prefills) -> into batch
   batch.predicted_time = the predictor's estimate for the whole batch
 
-In batch mode with no live TPOT target (`Scheduler.t_target` is infinite) every budget is
+The budget is one iteration's: `Scheduler.t_target`, the per-token target over the pipeline depth
+(a stream-pipelined engine's token passes spp ticks). In batch mode with no live TPOT target (`Scheduler.t_target` is infinite) every budget is
 infinite: chunks are as large as the token cap and max_chunk allow, in the policy's order.
 Adaptive chunking falls out: as a prefill's KV grows, each token costs more attention time, so the
 chunk that fits shrinks. If nothing at all would run (no decodes, no chunk fits the budget), the
@@ -51,7 +52,8 @@ class TimeBudgetPacker:
         else:
             cost.add_decode_seqs(s.start_pos for s in batch.seqs)
         t_pred = cost.time()
-        sched.policy.on_iteration(max(0.0, 1.0 - t_pred / t_target), t_target)  # t_target inf: batch mode
+        # t_target inf: batch mode; the policy's margin is one token's time (a tick plus the pipeline fill)
+        sched.policy.on_iteration(max(0.0, 1.0 - t_pred / t_target), sched.token_target)
         tokens_left = cfg.max_num_batched_tokens - len(batch.seqs)
         group_len = sched.kv.max_tokens_per_kvp_group
         long_groups: set[int] = set()

@@ -10,8 +10,9 @@
                    A_sp + B_sp * sum(l) + C_sp * sum(l^2), plus the decodes' time on `decode_device`
   LinearDevice     seconds = fixed + per_token * tokens: toy device for worked examples
 
-Each device also gives `prefill_alone(n, t_target)`: the seconds an n-token prompt takes alone,
-chunked adaptively (the reference work w of a request; deadlines derive from it). Pure Python.
+Each device also gives `prefill_alone(n, t_budget)`: the seconds an n-token prompt takes alone,
+chunked adaptively with each tick within t_budget (the reference work w of a request; deadlines
+derive from it). Pure Python.
 """
 
 from __future__ import annotations
@@ -47,6 +48,14 @@ class _PrefillTable:
         return self.cum[i] + self.latency(n - b, b)
 
 
+class _TickTimes:
+    """adaptive_chunks sizes a chunk by what it is given as `iteration_time`: here the SPP tick,
+    which the scheduler's budget bounds (t_target / spp)."""
+
+    def __init__(self, perf: AnalyticPerfModel):
+        self.iteration_time = perf.stage_time
+
+
 class AnalyticDevice:
     def __init__(self, perf: AnalyticPerfModel):
         self.perf = perf
@@ -63,7 +72,7 @@ class AnalyticDevice:
         table = self._tables.get(t_target)
         if table is None or n > table.starts[-1]:
             top = max(n, 2 * (table.starts[-1] if table else 1 << 16))
-            chunks = adaptive_chunks(self.perf, top, t_target)
+            chunks = adaptive_chunks(_TickTimes(self.perf), top, t_target)
             table = self._tables[t_target] = _PrefillTable(
                 chunks, lambda q, kv: self.perf.stage_time(((q, kv),)), lambda q, kv: self.perf.iteration_time(((q, kv),)))
         return table(n)

@@ -5,26 +5,30 @@ the executor. It does what the engine loop does, with time taken from the device
       of its own; sim/tokens.py) --> scheduler.add_request
       a follow-up turn (spec.follows = j) arrives spec.arrival seconds after request j's last
       token (closed loop); if j has not finished at the horizon, it never arrives
-  loop at `now` (the time stage 0 of the device is free):
-      apply pipeline exits due by now: scheduler.update_from_output(batch, 0, exit) appends a
+  loop at `now` (the start of a device tick):
+      apply token exits due by now: scheduler.update_from_output(batch, 0, exit) appends a
       token to each sampled sequence and finishes the requests that stop (the engine's rules;
       here a request stops at its output length, FINISHED_LENGTH)
-      batch = scheduler.schedule(now); (tick, latency) = device.run(composition)
-      stages: stage k of this batch starts when stage k-1 of it and stage k of the previous batch
-              are done, each taking `tick`; the batch leaves the last stage at `exit`
-      scheduler.on_batch_done(batch, end of stage 0, measured_time=latency)
-      exit event queued at `exit` with the batch, if any sequence of it samples
-      now = end of stage 0 (or, with nothing to run, the next arrival / exit)
+      batch = scheduler.schedule(now) (may be empty while earlier batches are still in the pipeline)
+      (tick, latency) = device.run(composition): the batch's stage time
+      the tick lasts as long as the slowest stage's batch (the stages run in lockstep, as the
+      engine's one jitted tick does); the batch that was at the last stage leaves at its end
+      scheduler.on_batch_done(batch, end of tick, measured_time=tick)
+      exit event queued at the end of the tick for the batch that left, if any sequence of it samples
+      now = end of the tick (or, with nothing to run or in flight, the next arrival)
   stop at `horizon` (no batch starts after it) or when everything has finished
   -> SimResult; per-request decode timing (TokenStats) is read off each request's token_times;
      prefix-cache hits from the KV manager's counters (the device is only charged for the
      tokens the scheduler schedules, so a cached prefix costs nothing but its attention reads)
 
-Stream pipeline parallelism (depth = spp > 1): the scheduler is told a batch is done when it leaves
-stage 0, so chunk i+1 of a prefill can enter the pipeline one tick after chunk i (it needs chunk i's
-KV, which each stage has written, not its output); a sampled token only exists when its batch
-leaves the last stage, and until then its request has nothing to compute, so a decode waits for
-its previous token (Medha 3.3, Mnemosyne eq. 8). With depth 1 this is the plain engine loop.
+Stream pipeline parallelism (depth = spp > 1), as `medha_jax.engine` runs it: one tick moves every
+stage's microbatch one stage on. The scheduler is told a batch is done when it leaves stage 0, so
+chunk i+1 of a prefill can enter the pipeline one tick after chunk i (it needs chunk i's KV, which
+each stage has written, not its output); a sampled token only exists when its batch leaves the
+last stage, `depth` ticks after it entered, and until then its request has nothing to compute, so
+a decode's token period is `depth` ticks (Medha 3.3, Mnemosyne eq. 8). With nothing new to feed,
+the pipeline still ticks until the batches in it have left. With depth 1 this is the plain engine
+loop.
 Pure Python, no JAX.
 """
 
@@ -58,7 +62,7 @@ class SimResult:
     end_time: float
     iterations: int
     busy_time: float
-    """Seconds stage 0 was occupied (sum of ticks)."""
+    """Seconds the device ticked (a tick lasts as long as its slowest stage's batch)."""
     wall_seconds: float
     token_stats: dict[str, TokenStats] = field(default_factory=dict)
     num_preemptions: int = 0
@@ -85,7 +89,7 @@ def simulate(scheduler: Scheduler, specs: list[RequestSpec], device, *, horizon:
              max_iterations: int = 50_000_000, observer=None) -> SimResult:
     """Replay `specs` through `scheduler` on `device` until `horizon` (None: until all finish).
 
-    `observer(start, stage0_end, exit, batch)`, when given, sees every batch as it is issued.
+    `observer(start, tick_end, batch)`, when given, sees every batch as it enters stage 0.
     Request "r{i}" is the result's specs[i]: `specs` sorted by arrival, or, when some follow
     others (their `follows` indices refer to the order given), `specs` as given. Follow-ups that
     never arrived are left out (`not_arrived`); requests arriving after the horizon are kept (no
@@ -102,11 +106,12 @@ def simulate(scheduler: Scheduler, specs: list[RequestSpec], device, *, horizon:
     released: dict[int, Request] = {}
     index_of: dict[str, int] = {}
     depth = device.depth
-    free = [0.0] * depth  # when each stage finishes its current batch
+    pipe: list = [None] * depth  # pipe[k]: (batch, its stage time, samples) at stage k, or None
     exits: list[tuple[float, int, ScheduledBatch]] = []  # heap of (exit time, seq no, batch that samples)
     end = float("inf") if horizon is None else horizon
     now = arrivals[0][0] if arrivals else 0.0
     n_iter = seq_no = tokens = 0
+    in_pipe = False
     busy = 0.0
     run = device.run
     add = scheduler.add_request
@@ -136,32 +141,35 @@ def simulate(scheduler: Scheduler, specs: list[RequestSpec], device, *, horizon:
             break
         batch = scheduler.schedule(now)
         if batch.is_empty:
-            nxt = min(arrivals[0][0] if arrivals else end, exits[0][0] if exits else end)
-            if nxt == float("inf"):
-                raise RuntimeError(f"simulation stalled at t={now:.3f}: {scheduler.num_waiting} waiting, "
-                                   f"{scheduler.num_running} running, nothing schedulable and nothing arriving")
-            now = max(nxt, now)
-            continue
-        seqs = [(s.num_tokens, s.start_pos) for s in batch.seqs]
-        samples = any(s.samples for s in batch.seqs)
-        tick, latency = run(seqs)
-        t = now
-        for k in range(depth):
-            t = (free[k] if free[k] > t else t) + tick
-            free[k] = t
-        stage0 = free[0]
-        if observer is not None:
-            observer(now, stage0, free[-1], batch)
-        scheduler.on_batch_done(batch, stage0, measured_time=latency)
-        if samples:
+            if not in_pipe:
+                nxt = min(arrivals[0][0] if arrivals else end, exits[0][0] if exits else end)
+                if nxt == float("inf"):
+                    raise RuntimeError(f"simulation stalled at t={now:.3f}: {scheduler.num_waiting} waiting, "
+                                       f"{scheduler.num_running} running, nothing schedulable and nothing arriving")
+                now = max(nxt, now)
+                continue
+            entry = None
+        else:
+            seqs = [(s.num_tokens, s.start_pos) for s in batch.seqs]
+            entry = (batch, run(seqs)[0], any(s.samples for s in batch.seqs))
+            tokens += sum(q for q, _ in seqs)
+            n_iter += 1
+            if n_iter >= max_iterations:
+                raise RuntimeError(f"simulation did not finish within {max_iterations} iterations (t={now:.1f})")
+        pipe = [entry] + pipe[:-1]  # every microbatch one stage on (the last stage's left last tick)
+        tick = max(e[1] for e in pipe if e is not None)  # lockstep: the slowest stage sets the tick
+        t_end = now + tick
+        if entry is not None:
+            if observer is not None:
+                observer(now, t_end, batch)
+            scheduler.on_batch_done(batch, t_end, measured_time=entry[1])
+        leaving, pipe[-1] = pipe[-1], None
+        if leaving is not None and leaving[2]:
             seq_no += 1
-            heapq.heappush(exits, (free[-1], seq_no, batch))
+            heapq.heappush(exits, (t_end, seq_no, leaving[0]))
+        in_pipe = any(e is not None for e in pipe)
         busy += tick
-        tokens += sum(q for q, _ in seqs)
-        n_iter += 1
-        if n_iter >= max_iterations:
-            raise RuntimeError(f"simulation did not finish within {max_iterations} iterations (t={now:.1f})")
-        now = stage0
+        now = t_end
     for _, j in arrivals:  # arriving after the horizon: counted (no first token), as in a trace
         if specs[j].follows is None:
             released[j] = make_request(j, specs[j], specs[j].arrival)

@@ -44,8 +44,9 @@ class Experiment:
         self.t_target = t_target
         self.deadline_k, self.deadline_min = deadline_k, deadline_min
         # prefill-time caches stay in memory: a simulation leaves nothing behind on disk
+        self.depth = getattr(profile.device, "depth", 1)
         self.config = {"t_target": t_target, "deadline_k": deadline_k, "deadline_min": deadline_min,
-                       "prefill_cache_dir": None, **(config or {})}
+                       "prefill_cache_dir": None, "pipeline_depth": self.depth, **(config or {})}
         if hasattr(profile.device, "predictor"):  # a measured profile already is a predictor
             self.predictor, self.predictor_info = profile.device.predictor, {"kind": "measured profile"}
         else:
@@ -53,8 +54,9 @@ class Experiment:
             self.predictor_info = {"kind": "fitted", **info}
 
     def work(self, prompt_tokens: int) -> float:
-        """Seconds the prompt takes alone on the deployment (adaptive chunks at t_target)."""
-        return self.profile.device.prefill_alone(prompt_tokens, self.t_target)
+        """Seconds the prompt takes alone on the deployment (adaptive chunks, each tick within the
+        scheduler's budget t_target / spp)."""
+        return self.profile.device.prefill_alone(prompt_tokens, self.t_target / self.depth)
 
     def assign_deadlines(self, specs: list[RequestSpec]) -> list[RequestSpec]:
         return [s if s.ttft_deadline is not None else

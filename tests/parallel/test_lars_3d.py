@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import jax
+import pytest
 
 from medha_jax import LLM, SamplingParams
 from medha_jax.config import EngineConfig
@@ -30,6 +31,8 @@ def test_lars_on_a_3d_mesh_equals_transformers_and_profiles_ticks(tmp_path):
                      key=key).save(profile_path(str(tmp_path), key))
     llm = LLM(scheduler="lars", batch_mode=False, max_num_batched_tokens=256, max_num_seqs=8, **kw)
     eng = llm.engine
+    assert eng.scheduler.config.pipeline_depth == 2  # from the mesh: each tick gets half the per-token budget
+    assert eng.scheduler.t_target == eng.scheduler.token_target / 2
     sp = SamplingParams(max_tokens=golden["new_tokens"], temperature=0.0, ignore_eos=True)
     outs = llm.generate([p["token_ids"] for p in golden["prompts"]], sp)
     assert [o.token_ids for o in outs] == [p["greedy"] for p in golden["prompts"]]
@@ -41,3 +44,9 @@ def test_lars_on_a_3d_mesh_equals_transformers_and_profiles_ticks(tmp_path):
     samples = measure(eng.executor, comps, vocab_size=eng.model_config.vocab_size, repeats=2, progress=False)
     assert [c for c, _ in samples] == comps and all(t > 0 for _, t in samples)
     assert eng.executor.idle
+
+
+def test_a_pipeline_depth_other_than_the_meshs_spp_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="pipeline_depth=3 does not match the mesh's spp=2"):
+        LLM(model=str(DATA), mesh="spp=2", dtype="float32", max_model_len=512, num_pages=64, warmup=False,
+            profile_dir=str(tmp_path), scheduler="lars", pipeline_depth=3)

@@ -35,7 +35,7 @@ def test_serial_device_times_add_up():
 def test_spp_streams_chunks_one_tick_apart_and_decodes_wait_for_their_token():
     starts = []
     res = simulate(fcfs(), [RequestSpec(0.0, 256, 3)], PipeDevice(4, 1.0),
-                   observer=lambda s, e0, ex, b: starts.append((s, [x.num_tokens for x in b.seqs])))
+                   observer=lambda s, e, b: starts.append((s, [x.num_tokens for x in b.seqs])))
     # prefill: 4 chunks of 64 enter at t=0,1,2,3 (one tick apart, not one pipeline apart)
     assert starts[:4] == [(0.0, [64]), (1.0, [64]), (2.0, [64]), (3.0, [64])]
     (r,) = res.requests

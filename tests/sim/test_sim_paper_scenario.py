@@ -53,7 +53,7 @@ def test_fcfs_shorts_miss_behind_the_long_prefill(exp, policy):
 def test_lars_meets_every_deadline_when_the_shorts_have_slack(exp, policy):
     progress = []
 
-    def observer(start, stage0, exit_, batch):
+    def observer(start, tick_end, batch):
         if 5.0 <= start < 6.0:
             progress.extend(s.num_tokens for s in batch.seqs if s.request_id == "r0")
 
@@ -73,7 +73,7 @@ def test_lars_on_the_literal_scenario_misses_by_the_missing_slack(exp):
 def test_edf_under_a_stream_of_shorts_starves_the_long_request_then_convoys(exp):
     long_tokens = {"starve": 0, "convoy_other": 0}
 
-    def observer(start, stage0, exit_, batch):
+    def observer(start, tick_end, batch):
         ids = [s.request_id for s in batch.seqs]
         if 5.0 <= start < 15.0:
             long_tokens["starve"] += sum(s.num_tokens for s in batch.seqs if s.request_id == "r0")

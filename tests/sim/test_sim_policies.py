@@ -39,7 +39,7 @@ def test_short_first_key_orders_classes_then_arrival():
 def _long_progress(exp, policy, specs, rid):
     done = []
     run = exp.run(policy, specs, horizon=50.0,
-                  observer=lambda s, e0, ex, b: done.extend(x.num_tokens for x in b.seqs if x.request_id == rid))
+                  observer=lambda s, e, b: done.extend(x.num_tokens for x in b.seqs if x.request_id == rid))
     return run, sum(done)
 
 
@@ -73,7 +73,7 @@ def test_kvp_deployment_spreads_a_long_request_over_groups():
     specs = [RequestSpec(0.0, 100_000, 4), RequestSpec(1.0, 2000, 4)]
     groups = set()
 
-    def observer(start, stage0, exit_, batch):
+    def observer(start, tick_end, batch):
         for s in batch.seqs:
             if s.request_id == "r0":
                 groups.add(len(s.page_tables))

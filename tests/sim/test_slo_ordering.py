@@ -46,7 +46,7 @@ def test_set_aside_requests_still_progress_under_a_saturating_stream():
     def run(policy):
         done = []
         r = exp.run(policy, specs, horizon=50.0,
-                    observer=lambda s, e0, ex, b: done.extend(x.num_tokens for x in b.seqs if x.request_id == "r1"))
+                    observer=lambda s, e, b: done.extend(x.num_tokens for x in b.seqs if x.request_id == "r1"))
         return sum(bool(o.missed) for o in r.outcomes if o.prompt != 50_000), sum(done)
 
     slo_misses, slo_progress = run("slo")
