@@ -28,15 +28,18 @@ class ScheduledSeq:
     num_tokens: int
     """Query tokens this iteration: a prefill chunk, or 1 for a decode."""
     page_tables: list[list[int]]
-    """Pages holding this request's KV, one list per kvp group it touches (group g holds
-    positions [g*M, (g+1)*M) for M = max_tokens_per_kvp_group; one list when kvp == 1).
-    Covers every position up to start_pos + num_tokens. Aliases the KV manager's lists."""
+    """Pages holding this request's KV, one list per block it touches (block b holds positions
+    [b*M, (b+1)*M) for M = max_tokens_per_kvp_group, on kvp group (first_group + b) % kvp; one
+    list when kvp == 1). Covers every position up to start_pos + num_tokens. Aliases the KV
+    manager's lists."""
     samples: bool
     """Whether this iteration reaches the end of the request's tokens, so a token is sampled
     (fixed when the batch is formed: start_pos + num_tokens == request.num_tokens)."""
     num_rows: int = 1
     """Logits rows the step computes for it: one per token for a chunk of a prompt being scored
     (`SamplingParams.prompt_logprobs`), else one (its last token's)."""
+    first_group: int = 0
+    """The kvp group holding its block 0 (`kvp_layout`; 0 unless the groups run their own batches)."""
 
     @property
     def request_id(self) -> str:

@@ -5,9 +5,12 @@
             --free(request)-->         every page back to its group's allocator
 
 Each kvp group has its own page pool of `num_pages_per_group` pages of `page_size` tokens. A
-request's KV positions fill group 0 first: group g holds positions [g*M, (g+1)*M) with
-M = `max_tokens_per_kvp_group` (a multiple of `page_size`, at most one group's capacity). With
-kvp == 1 and no M given, everything lives on group 0. `allocate(request, n)` makes sure pages
+request's KV positions fill its first group h first, then the next (`kvp_layout`): block b =
+positions [b*M, (b+1)*M) lives on group (h + b) % kvp, M = `max_tokens_per_kvp_group` (a multiple
+of `page_size`, at most one group's capacity). h is chosen when the request first gets pages: with
+`per_group_batches` (each group runs its own batch, Mnemosyne's design) the group with the most
+free pages, or the group holding its cached prefix; otherwise group 0 for everyone, so group g
+holds [g*M, (g+1)*M) of every request. With kvp == 1 and no M given, everything lives on group 0. `allocate(request, n)` makes sure pages
 exist for positions [0, request.num_computed_tokens + n); allocation is all-or-nothing: it
 checks every group first and raises `OutOfPagesError` without allocating anything when a group
 is short. Page tables returned are the manager's live lists (they only grow while the request
@@ -42,6 +45,7 @@ class KVCacheManager:
         max_tokens_per_kvp_group: int | None = None,
         prefix_caching: bool = False,
         host_slots: int = 0,
+        per_group_batches: bool = False,
     ):
         for name, v in (("num_pages_per_group", num_pages_per_group), ("page_size", page_size), ("kvp", kvp)):
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -65,8 +69,12 @@ class KVCacheManager:
         self.num_pages_per_group = num_pages_per_group
         self.max_tokens_per_kvp_group = max_tokens_per_kvp_group
         self.allocators = [PageAllocator(num_pages_per_group) for _ in range(kvp)]
+        self.per_group_batches = per_group_batches and kvp > 1
+        """Requests are spread over the groups (each group runs its own batch); else all start on group 0."""
         self.tables: dict[str, list[list[int]]] = {}
-        """request_id -> page tables (read-only outside this class; `page_tables` is the API)."""
+        """request_id -> page tables, one per block (read-only outside this class; `page_tables` is the API)."""
+        self.first_groups: dict[str, int] = {}
+        """request_id -> the group holding its block 0 (requests holding pages; read-only)."""
         self.covered: dict[str, int] = {}
         """request_id -> positions its pages can hold (read-only; lets hot loops skip a call)."""
         if host_slots and not prefix_caching:
@@ -75,7 +83,8 @@ class KVCacheManager:
         self.host: HostPageStore | None = HostPageStore(host_slots) if host_slots else None
         """Host-memory tier of the prefix cache (swap space), or None."""
         self.prefix: PrefixCache | None = (
-            PrefixCache(page_size, max_tokens_per_kvp_group // page_size, self.allocators, self.host)
+            PrefixCache(page_size, max_tokens_per_kvp_group // page_size, self.allocators, self.host,
+                        any_first_group=self.per_group_batches)
             if prefix_caching else None)
 
     # ---- capacity --------------------------------------------------------------------------
@@ -101,8 +110,26 @@ class KVCacheManager:
         """Fraction of all pages in use."""
         return 1.0 - self.num_free_pages / self.num_total_pages
 
+    def first_group(self, request: Request, group: int | None = None) -> int:
+        """The group holding its block 0; for a request without pages, the one that would: `group`
+        if given (the scheduler's placement), else the group with the most free pages."""
+        h = self.first_groups.get(request.request_id)
+        if h is not None:
+            return h
+        if not self.per_group_batches:
+            return 0
+        if group is not None:
+            return group
+        allocs = self.allocators
+        return max(range(self.kvp), key=lambda g: (allocs[g].num_free, -g))  # most free pages, then lowest
+
+    def groups_of(self, request: Request, num_tokens: int) -> list[int]:
+        """The groups holding positions [0, num_tokens) of the request, block by block."""
+        h, m = self.first_group(request), self.max_tokens_per_kvp_group
+        return [(h + b) % self.kvp for b in range(max(1, -(-num_tokens // m)))]
+
     def pages_for(self, num_tokens: int) -> list[int]:
-        """Pages needed in each group (groups 0..last touched) to hold positions [0, num_tokens)."""
+        """Pages needed in each block (blocks 0..last touched) to hold positions [0, num_tokens)."""
         m, ps = self.max_tokens_per_kvp_group, self.page_size
         out = []
         g = 0
@@ -117,7 +144,7 @@ class KVCacheManager:
 
     # ---- per request -----------------------------------------------------------------------
     def _shortfall(self, request: Request, num_new_tokens: int) -> list[int] | None:
-        """Pages to add per group; None if the positions could never fit."""
+        """Pages to add per block; None if the positions could never fit."""
         target = request.num_computed_tokens + num_new_tokens
         if target > self.max_tokens_per_request:
             return None
@@ -125,15 +152,15 @@ class KVCacheManager:
         have = self.tables.get(request.request_id, ())
         return [n - (len(have[g]) if g < len(have) else 0) for g, n in enumerate(need)]
 
-    def can_allocate(self, request: Request, num_new_tokens: int) -> bool:
-        """Whether `allocate(request, num_new_tokens)` would succeed now."""
+    def can_allocate(self, request: Request, num_new_tokens: int, group: int | None = None) -> bool:
+        """Whether `allocate(request, num_new_tokens, group)` would succeed now."""
         if request.num_computed_tokens + num_new_tokens <= self.covered.get(request.request_id, 0):
             return True
         short = self._shortfall(request, num_new_tokens)
         if short is None:
             return False
-        allocs = self.allocators
-        return all(n <= allocs[g].num_free for g, n in enumerate(short))
+        allocs, h, kvp = self.allocators, self.first_group(request, group), self.kvp
+        return all(n <= allocs[(h + b) % kvp].num_free for b, n in enumerate(short))
 
     def num_missing_pages(self, request: Request, num_new_tokens: int) -> int:
         """Pages still to allocate for `num_new_tokens` more tokens (over all groups)."""
@@ -145,7 +172,7 @@ class KVCacheManager:
             )
         return sum(max(n, 0) for n in short)
 
-    def try_allocate(self, request: Request, num_new_tokens: int) -> bool:
+    def try_allocate(self, request: Request, num_new_tokens: int, group: int | None = None) -> bool:
         """`allocate` if it can succeed now; False (nothing allocated) otherwise. The fast path
         (the pages already cover the positions) is one dict lookup: decodes take it 15 of 16 times."""
         rid = request.request_id
@@ -153,30 +180,33 @@ class KVCacheManager:
         covered = self.covered.get(rid, 0)
         if target <= covered:
             return True
-        # Every new page in one group (a decode crossing a page boundary, a chunk that stays in
-        # the group its request already reached, a first chunk inside group 0): no per-group
+        # Every new page in one block (a decode crossing a page boundary, a chunk that stays in
+        # the block its request already reached, a first chunk inside block 0): no per-block
         # shortfall to work out.
         tables = self.tables.get(rid)
         m = self.max_tokens_per_kvp_group
         end = len(tables) * m if tables else m
         if covered < end and target <= end and num_new_tokens >= 0:
-            g = len(tables) - 1 if tables else 0
-            alloc = self.allocators[g]
+            b = len(tables) - 1 if tables else 0
+            h = self.first_group(request, group)
+            alloc = self.allocators[(h + b) % self.kvp]
             n = -(-(target - covered) // self.page_size)
             if n > alloc.num_free:
                 return False
             if not tables:
                 tables = self.tables[rid] = [[]]
-            tables[g].extend(alloc.allocate(n))
+                self.first_groups[rid] = h
+            tables[b].extend(alloc.allocate(n))
             self.covered[rid] = covered + n * self.page_size
             return True
-        if not self.can_allocate(request, num_new_tokens):
+        if not self.can_allocate(request, num_new_tokens, group):
             return False
-        self.allocate(request, num_new_tokens)
+        self.allocate(request, num_new_tokens, group)
         return True
 
-    def allocate(self, request: Request, num_new_tokens: int) -> None:
-        """Ensure pages for positions [0, num_computed_tokens + num_new_tokens); all or nothing."""
+    def allocate(self, request: Request, num_new_tokens: int, group: int | None = None) -> None:
+        """Ensure pages for positions [0, num_computed_tokens + num_new_tokens); all or nothing.
+        `group`: the first group of a request that holds no pages yet (see `first_group`)."""
         if num_new_tokens < 0:
             raise ValueError(f"num_new_tokens must be >= 0, got {num_new_tokens}")
         if request.num_computed_tokens + num_new_tokens <= self.covered.get(request.request_id, 0):
@@ -187,25 +217,27 @@ class KVCacheManager:
                 f"request {request.request_id} would hold {request.num_computed_tokens + num_new_tokens} "
                 f"tokens, more than the {self.max_tokens_per_request} one request can ever hold"
             )
-        allocs = self.allocators
-        for g, n in enumerate(short):
-            if n > allocs[g].num_free:
+        allocs, h, kvp = self.allocators, self.first_group(request, group), self.kvp
+        for b, n in enumerate(short):
+            if n > allocs[(h + b) % kvp].num_free:
                 raise OutOfPagesError(
-                    f"request {request.request_id} needs {n} more pages in kvp group {g}, "
-                    f"{allocs[g].num_free} free"
+                    f"request {request.request_id} needs {n} more pages in kvp group {(h + b) % kvp}, "
+                    f"{allocs[(h + b) % kvp].num_free} free"
                 )
         tables = self.tables.setdefault(request.request_id, [])
-        for g, n in enumerate(short):
-            if g == len(tables):
+        self.first_groups[request.request_id] = h
+        for b, n in enumerate(short):
+            if b == len(tables):
                 tables.append([])
             if n > 0:
-                tables[g].extend(allocs[g].allocate(n))
+                tables[b].extend(allocs[(h + b) % kvp].allocate(n))
         if tables:  # full groups hold M positions each; the last one what its pages hold
             covered = (len(tables) - 1) * self.max_tokens_per_kvp_group + len(tables[-1]) * self.page_size
             self.covered[request.request_id] = covered
 
     def page_tables(self, request: Request) -> list[list[int]]:
-        """The request's pages, one list per group it touches ([] when it holds none)."""
+        """The request's pages, one list per block it touches ([] when it holds none); block b
+        lives on group (first_group + b) % kvp."""
         return self.tables.get(request.request_id, [])
 
     def holds(self, request: Request) -> bool:
@@ -220,15 +252,20 @@ class KVCacheManager:
             return 0
         known = request.prompt_len + len(request.output_token_ids)
         tokens = request.token_ids_slice(0, known)
-        hits = self.prefix.match(request.request_id, tokens, (known - 1) // self.page_size)  # taken for it
+        h = self.prefix.first_group_of(tokens)
+        if h is None:
+            return 0
+        hits = self.prefix.match(request.request_id, tokens, (known - 1) // self.page_size, h)  # taken for it
         if not hits:
             return 0
         tables: list[list[int]] = []
-        for g, page in hits:
-            if g == len(tables):
+        per = self.max_tokens_per_kvp_group // self.page_size
+        for i, (_, page) in enumerate(hits):
+            if i // per == len(tables):
                 tables.append([])
-            tables[g].append(page)
+            tables[-1].append(page)
         self.tables[request.request_id] = tables
+        self.first_groups[request.request_id] = h
         n = len(hits) * self.page_size
         self.covered[request.request_id] = n
         return n
@@ -244,7 +281,11 @@ class KVCacheManager:
         if not self._may_reuse(request):
             return 0
         known = request.prompt_len + len(request.output_token_ids)
-        return self.prefix.peek(request.token_ids_slice(0, known), (known - 1) // self.page_size) * self.page_size
+        tokens = request.token_ids_slice(0, known)
+        h = self.first_groups.get(request.request_id)
+        if h is None:
+            h = self.prefix.first_group_of(tokens)
+        return 0 if h is None else self.prefix.peek(tokens, (known - 1) // self.page_size, h) * self.page_size
 
     def commit(self, request: Request) -> None:
         """Index the request's pages that are full and computed (called after its KV advanced)."""
@@ -258,9 +299,9 @@ class KVCacheManager:
             return
         tables = self.tables[request.request_id]
         per = self.max_tokens_per_kvp_group // self.page_size
-        ps = self.page_size
+        ps, h, kvp = self.page_size, self.first_groups[request.request_id], self.kvp
         prefix.register(request.request_id, request.token_ids_slice(done * ps, full * ps), full,
-                        lambda i: (i // per, tables[i // per][i % per]))
+                        lambda i: ((h + i // per) % kvp, tables[i // per][i % per]))
 
     def take_swap_ops(self) -> list[SwapOp]:
         """Device <-> host page copies issued since the last call, in order; the engine runs them
@@ -278,11 +319,12 @@ class KVCacheManager:
             self.prefix.forget(request.request_id)
         tables = self.tables.pop(request.request_id, None)
         self.covered.pop(request.request_id, None)
+        h = self.first_groups.pop(request.request_id, 0)
         if not tables:
             return 0
         n = 0
-        for g, pages in enumerate(tables):
-            self.allocators[g].free(pages)
+        for b, pages in enumerate(tables):
+            self.allocators[(h + b) % self.kvp].free(pages)
             n += len(pages)
         return n
 

@@ -14,8 +14,10 @@
 
 A hit is verified, not trusted: the entry's tokens must equal the request's page and its parent
 link the hash verified one page earlier, so a hash collision can only cost a miss, never serve
-another prompt's KV. Page i lives on kvp group i * page_size // M (the KV manager's layout); an
-entry is only used at the same position, so at the same group. The chain of each request's
+another prompt's KV. Page i of a request placed on group h lives on kvp group
+(h + i * page_size // M) % kvp (`kvp_layout`); an entry is only used at the same position on the
+same group, so a request reusing a cached prefix is placed where the prefix's first page is
+(`first_group_of`; always group 0 unless the KV manager spreads requests over the groups). The chain of each request's
 registered or matched pages is kept so registering new full pages is O(new pages). Pure Python.
 """
 
@@ -31,8 +33,9 @@ _ROOT = 0  # the parent hash of page 0
 
 class PrefixCache:
     def __init__(self, page_size: int, pages_per_group: int, allocators: Sequence,
-                 host: HostPageStore | None = None):
+                 host: HostPageStore | None = None, any_first_group: bool = False):
         self.page_size = page_size
+        self.any_first_group = any_first_group
         self.host = host
         self.pages_per_group = pages_per_group
         self.allocators = allocators
@@ -49,13 +52,31 @@ class PrefixCache:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def match(self, request_id: str, tokens: Sequence[int], max_pages: int) -> list[tuple[int, int]]:
+    def first_group_of(self, tokens: Sequence[int]) -> int | None:
+        """The group a request starting with `tokens` must be placed on to reuse their cached pages:
+        where their first page is cached (None: it is not), or 0 when every request starts on 0."""
+        if not self.any_first_group:
+            return 0
+        page_tokens = tuple(tokens[:self.page_size])
+        if len(page_tokens) < self.page_size:
+            return None
+        h = hash((_ROOT, page_tokens))
+        e = self._entries.get(h)
+        if e is not None and e[3] == page_tokens and e[2] == _ROOT:
+            return e[0]
+        if self.host is not None:
+            for g in range(len(self.allocators)):
+                if self.host.has(h, g, _ROOT, page_tokens):
+                    return g
+        return None
+
+    def match(self, request_id: str, tokens: Sequence[int], max_pages: int, first_group: int = 0) -> list[tuple[int, int]]:
         """(group, page) of the longest cached prefix of `tokens`, at most max_pages pages, each
         taken for the request (one more owner). A page only the host tier holds is restored into
         a newly allocated device page (which may evict parked pages, never one taken here); the
         match stops where a group has no page left for that."""
         out, chain, host = [], [], self.host
-        for g, h, parent, page_tokens in self._pages(tokens, max_pages):
+        for g, h, parent, page_tokens in self._pages(tokens, max_pages, first_group):
             page = self._on_device(g, h, parent, page_tokens)
             if page is not None:
                 self.allocators[g].acquire(page)
@@ -70,13 +91,14 @@ class PrefixCache:
         self._chains[request_id] = chain
         return out
 
-    def _pages(self, tokens: Sequence[int], max_pages: int):
-        """(group, key, parent key, the page's tokens) of pages 0 .. max_pages-1 of `tokens`."""
-        ps, parent = self.page_size, _ROOT
+    def _pages(self, tokens: Sequence[int], max_pages: int, first_group: int):
+        """(group, key, parent key, the page's tokens) of pages 0 .. max_pages-1 of `tokens` for a
+        request placed on `first_group`."""
+        ps, parent, per, kvp = self.page_size, _ROOT, self.pages_per_group, len(self.allocators)
         for i in range(max_pages):
             page_tokens = tuple(tokens[i * ps:(i + 1) * ps])
             h = hash((parent, page_tokens))
-            yield i // self.pages_per_group, h, parent, page_tokens
+            yield (first_group + i // per) % kvp, h, parent, page_tokens
             parent = h
 
     def _on_device(self, g: int, h: int, parent: int, page_tokens: tuple[int, ...]) -> int | None:
@@ -102,10 +124,10 @@ class PrefixCache:
         alloc.mark_cached(page)
         return page
 
-    def peek(self, tokens: Sequence[int], max_pages: int) -> int:
+    def peek(self, tokens: Sequence[int], max_pages: int, first_group: int = 0) -> int:
         """How many pages `match` would find now (host-tier ones included); changes nothing."""
         host = self.host
-        for i, (g, h, parent, page_tokens) in enumerate(self._pages(tokens, max_pages)):
+        for i, (g, h, parent, page_tokens) in enumerate(self._pages(tokens, max_pages, first_group)):
             if (self._on_device(g, h, parent, page_tokens) is None
                     and not (host is not None and host.has(h, g, parent, page_tokens))):
                 return i

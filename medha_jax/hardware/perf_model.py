@@ -2,8 +2,11 @@
 
   Composition ((q_tokens, kv_len) per sequence)
       -> per kvp group: tokens whose linear layers run there, attention (query, key) pairs and KV
-         bytes of the KV shard it holds (progressive onboarding: group g holds positions
-         [g*M, (g+1)*M), a sequence's new tokens run on the group holding its last position)
+         bytes of the KV shard it holds (progressive onboarding from each sequence's first group
+         h: group (h + b) % kvp holds positions [b*M, (b+1)*M), `medha_jax.kvp_layout`). Each
+         group runs its own batch (Mnemosyne): a sequence's tokens run on the group holding its
+         last position; with `kvp_replicated` every group runs every token (one batch replicated
+         over the groups, the design medha-jax's engine runs today)
       -> per layer:  max(GEMM FLOPs / (peak * gemm_eff), weight bytes / (HBM * mem_eff))
                    + prefill attention  max(FLOPs / (peak * attn_eff), KV bytes / (HBM * mem_eff))
                    + decode attention   (same roofline, its own kernel)
@@ -11,7 +14,8 @@
                    + 2 TP all-reduces over NVLink (ring: 2 (tp-1)/tp bytes / bw + latency)
                    + launch overhead
                    slowest kvp group, plus the KVP merge (queries out, partial (o, lse) back over
-                   InfiniBand) when a sequence spans groups; its cost depends on query tokens only
+                   InfiniBand) for the tokens of sequences spanning groups (replicated: all
+                   tokens); its cost depends on query tokens only
       -> stage  = ceil(L / spp) layers (+ LM head on the last stage)
       -> iteration latency = L layers + LM head + (spp - 1) stage hand-offs + iteration overhead
          pipeline tick     = one stage + one hand-off + iteration overhead (what SPP streams at)
@@ -53,7 +57,8 @@ class AnalyticPerfModel:
     """Iteration time of a modelled deployment: `model` on `tp * spp * kvp` copies of `device`."""
 
     def __init__(self, model: ModelShape, device: DeviceSpec, *, tp: int = 1, spp: int = 1, kvp: int = 1,
-                 efficiency: Efficiency | None = None, max_tokens_per_kvp_group: int | None = None):
+                 efficiency: Efficiency | None = None, max_tokens_per_kvp_group: int | None = None,
+                 kvp_replicated: bool = False):
         for name, v in (("tp", tp), ("spp", spp), ("kvp", kvp)):
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
@@ -69,6 +74,7 @@ class AnalyticPerfModel:
         self.model, self.device, self.tp, self.spp, self.kvp = model, device, tp, spp, kvp
         self.eff = efficiency if efficiency is not None else default_efficiency(device)
         self.max_tokens_per_kvp_group = max_tokens_per_kvp_group if kvp > 1 else None
+        self.kvp_replicated = kvp_replicated and kvp > 1
         e, m = self.eff, model
         kv_shards = min(tp, m.num_kv_heads)  # kv heads beyond tp are split, fewer are replicated
         gemm_rate = device.peak_flops * e.gemm
@@ -113,12 +119,13 @@ class AnalyticPerfModel:
 
     @property
     def name(self) -> str:
-        return f"{self.model.name}/{self.device.name}x{self.num_devices}/tp{self.tp}-spp{self.spp}-kvp{self.kvp}"
+        rep = "-replicated" if self.kvp_replicated else ""
+        return f"{self.model.name}/{self.device.name}x{self.num_devices}/tp{self.tp}-spp{self.spp}-kvp{self.kvp}{rep}"
 
     def describe(self) -> dict:
         return {"kind": "analytic", "name": self.name, "model": self.model.name, "device": self.device.name,
                 "tp": self.tp, "spp": self.spp, "kvp": self.kvp,
-                "max_tokens_per_kvp_group": self.max_tokens_per_kvp_group,
+                "max_tokens_per_kvp_group": self.max_tokens_per_kvp_group, "kvp_replicated": self.kvp_replicated,
                 "efficiency": {f: getattr(self.eff, f) for f in self.eff.__slots__}}
 
     def kv_capacity_tokens(self, memory_fraction: float = 0.9, activation_reserve: float = 4e9) -> int:
@@ -166,7 +173,7 @@ class AnalyticPerfModel:
         if self.kvp == 1:
             T, _, pp, pk, dk = self.sums(seqs)
             return self._layer(T, pp, pk, dk, dk)
-        return self._layer_kvp(seqs)
+        return self._layer_kvp(seqs)[0]
 
     def time_from_sums(self, T: int, n: int, pp: int, pk: int, dk: int) -> float:
         """`iteration_time` from `sums(seqs)` (kvp == 1 only): O(1), for incremental batch costs."""
@@ -179,32 +186,43 @@ class AnalyticPerfModel:
             t += (self.spp - 1) * self._handoff(T)
         return t
 
-    def _layer_kvp(self, seqs) -> float:
+    def _layer_kvp(self, seqs, groups=None) -> tuple[float, int, int]:
+        """(seconds of one layer, tokens and sequences of the busiest group) over the kvp groups."""
         M = self.max_tokens_per_kvp_group
         G = self.kvp
-        T = [0] * G
+        rep = self.kvp_replicated
+        T, n = [0] * G, [0] * G
         pp, pk, dp, dk = [0] * G, [0] * G, [0] * G, [0] * G
         span_q = 0
-        for q, kv in seqs:
+        for i, (q, kv) in enumerate(seqs):
+            h = groups[i] if groups is not None else 0
             end = kv + q
-            owner = min((end - 1) // M, G - 1)
-            T[owner] += q
-            if owner > 0:
+            last = (end - 1) // M
+            if rep:
                 span_q += q
-            for g in range(owner + 1):
-                a = g * M
-                b = end if g == owner else min(end, a + M)
-                pairs = pairs_in_shard(kv, q, a, b)
+                for g in range(G):
+                    T[g] += q
+                    n[g] += 1
+            else:
+                T[(h + last) % G] += q
+                n[(h + last) % G] += 1
+                if last > 0:
+                    span_q += q
+            for b in range(last + 1):
+                g = (h + b) % G
+                a = b * M
+                e = min(end, a + M)
+                pairs = pairs_in_shard(kv, q, a, e)
                 if q == 1:
                     dp[g] += pairs
-                    dk[g] += b - a
+                    dk[g] += e - a
                 else:
                     pp[g] += pairs
-                    pk[g] += b - a
+                    pk[g] += e - a
         t = max(self._layer(T[g], pp[g], pk[g], dp[g], dk[g]) for g in range(G))
         if span_q:
             t += self._merge_lat + span_q * self._merge_s_per_tok
-        return t
+        return t, max(T), max(n)
 
     def _head(self, n_seqs: int) -> float:
         c = n_seqs * self._head_s_per_seq
@@ -213,17 +231,18 @@ class AnalyticPerfModel:
     def _handoff(self, T: int) -> float:
         return self._handoff_lat + T * self._handoff_s_per_tok
 
-    def iteration_time(self, seqs) -> float:
-        """Seconds from a batch entering stage 0 to its tokens leaving the last stage."""
+    def iteration_time(self, seqs, groups=None) -> float:
+        """Seconds from a batch entering stage 0 to its tokens leaving the last stage; `groups`:
+        each sequence's first kvp group (None: all 0)."""
         if self.kvp == 1:
             return self.time_from_sums(*self.sums(seqs))
         seqs = tuple(seqs)
         if not seqs:
             return 0.0
-        layer = self._layer_kvp(seqs)
-        t = self._layers_total * layer + self._head(len(seqs)) + self.eff.iteration_overhead
+        layer, T, n = self._layer_kvp(seqs, groups)
+        t = self._layers_total * layer + self._head(n) + self.eff.iteration_overhead
         if self.spp > 1:
-            t += (self.spp - 1) * self._handoff(sum(q for q, _ in seqs))
+            t += (self.spp - 1) * self._handoff(T)
         return t
 
     def stage_time(self, seqs) -> float:
@@ -231,7 +250,7 @@ class AnalyticPerfModel:
         its hand-off and the per-batch overhead: the tick at which SPP can feed a new batch."""
         return self.tick_and_latency(seqs)[0]
 
-    def tick_and_latency(self, seqs) -> tuple[float, float]:
+    def tick_and_latency(self, seqs, groups=None) -> tuple[float, float]:
         """(stage_time, iteration_time) of one batch, computed in one pass."""
         if self.kvp == 1:
             T, n, pp, pk, dk = self.sums(seqs)
@@ -242,8 +261,7 @@ class AnalyticPerfModel:
             seqs = tuple(seqs)
             if not seqs:
                 return 0.0, 0.0
-            T, n = sum(q for q, _ in seqs), len(seqs)
-            layer = self._layer_kvp(seqs)
+            layer, T, n = self._layer_kvp(seqs, groups)
         fixed = self._head(n) + self.eff.iteration_overhead
         if self.spp == 1:
             t = self._layers_total * layer + fixed

@@ -112,6 +112,12 @@ class Scheduler:
         self.records = IterationLog(config.max_records)
         self.num_preemptions = 0
         self._tpot_targets: dict[float, int] = {}  # live per-request TPOT targets -> how many
+        groups = kv_manager.kvp if kv_manager.per_group_batches else 1
+        self.max_num_seqs = config.max_num_seqs * groups
+        """Most sequences in one iteration: max_num_seqs per batch, and when the kvp groups run
+        their own batches one batch per group (a cap over all of them: placement balances them)."""
+        self.max_num_batched_tokens = config.max_num_batched_tokens * groups
+        """Most tokens in one iteration (max_num_batched_tokens per batch, as max_num_seqs)."""
 
     # ---- requests in and out ---------------------------------------------------------------
     @property
@@ -228,7 +234,8 @@ class Scheduler:
             if self.kv.kvp == 1:
                 batch.predicted_time = self.predictor.predict(Composition.from_batch(batch))
             else:
-                batch.predicted_time = predict_pairs(self.predictor, self.kv, Composition.from_batch(batch).seqs)
+                comp = Composition.from_batch(batch)
+                batch.predicted_time = predict_pairs(self.predictor, self.kv, comp.seqs, comp.groups)
         return batch
 
     def on_batch_done(self, batch: ScheduledBatch, now: float, measured_time: float | None = None, *,
@@ -267,7 +274,7 @@ class Scheduler:
             if self.kv.kvp == 1:
                 self.predictor.observe(comp, measured_time)
             else:  # the slowest kvp group's raw prediction
-                self.predictor.observe_raw(predict_pairs(self.predictor, self.kv, comp.seqs, raw=True),
+                self.predictor.observe_raw(predict_pairs(self.predictor, self.kv, comp.seqs, comp.groups, raw=True),
                                            measured_time)
 
     def update_from_output(self, batch: ScheduledBatch, sampled: Sequence[int] | int, now: float, *,
@@ -383,7 +390,7 @@ class Scheduler:
         n, or for a prompt being scored (one row per token) the rows left, possibly 0."""
         if not self.scores_prompt(req):
             return n
-        return max(0, min(n, self.config.max_num_seqs - batch.num_rows))
+        return max(0, min(n, self.max_num_seqs - batch.num_rows))
 
     def add_seq(self, batch: ScheduledBatch, req: Request, n: int, now: float) -> ScheduledSeq:
         """Put `n` tokens of `req` into the batch (pages must already be reserved)."""
@@ -396,19 +403,21 @@ class Scheduler:
             req.first_scheduled_time = now
         start = req.num_computed_tokens
         rows = n if self.scores_prompt(req) else 1
-        seq = ScheduledSeq(req, start, n, self.kv.page_tables(req), start + n == req.num_tokens, rows)
+        seq = ScheduledSeq(req, start, n, self.kv.page_tables(req), start + n == req.num_tokens, rows,
+                           self.kv.first_groups.get(req.request_id, 0))
         batch.seqs.append(seq)
         batch.num_rows += rows
         self._in_flight.add(req)
         return seq
 
-    def reserve(self, req: Request, n: int, batch: ScheduledBatch, now: float) -> bool:
-        """Make sure `req` has pages for `n` more tokens, preempting others if it is running.
+    def reserve(self, req: Request, n: int, batch: ScheduledBatch, now: float, group: int | None = None) -> bool:
+        """Make sure `req` has pages for `n` more tokens, preempting others if it is running;
+        `group`: the kvp group to place it on if it holds no pages yet (None: the KV manager's choice).
 
         Returns False when the pages cannot be had (a decode with no victim left preempts
         itself; a waiting request simply has to wait)."""
         kv = self.kv
-        while not kv.try_allocate(req, n):
+        while not kv.try_allocate(req, n, group):
             if req not in self.running:
                 return False
             victim = self._pick_victim(req, now)
@@ -462,11 +471,12 @@ class Scheduler:
         only when a decode needs a new page, and binds the methods it calls per request to locals."""
         in_flight = self._in_flight
         partials = []
-        cap = self.config.max_num_seqs
+        cap = self.max_num_seqs
         seqs = batch.seqs
         running = self.running
         covered = self.kv.covered
         tables = self.kv.tables
+        first_groups = self.kv.first_groups
         max_len = self.max_model_len
         append, fly, seq = seqs.append, in_flight.add, ScheduledSeq
         n = len(seqs)
@@ -490,7 +500,7 @@ class Scheduler:
             rid = req.request_id
             if done >= covered.get(rid, 0) and not self.reserve(req, 1, batch, now):
                 continue  # position `done` needed a new page and got none: it preempted itself
-            append(seq(req, done, 1, tables[rid], True))
+            append(seq(req, done, 1, tables[rid], True, 1, first_groups[rid]))
             fly(req)
             n += 1
         batch.num_rows = n

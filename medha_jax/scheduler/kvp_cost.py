@@ -1,17 +1,20 @@
-"""KVP-aware iteration cost: every kvp group runs the whole batch; the slowest group sets the time.
+"""KVP-aware iteration cost: each kvp group's share of the batch, the slowest group sets the time.
 
-The model replicates the batch over the kvp groups (each group computes every token's
-projections and MLP, and attention of every query over the keys it holds; `model/llama.py`), so
-group g's share of a sequence with q new tokens after kv cached ones, with M positions per
-group (group g holds [g*M, (g+1)*M)):
+A sequence placed on first group h keeps block b = positions [b*M, (b+1)*M) on group (h + b) % kvp
+(`kvp_layout`). Its share on group g, whose block of it is b = (g - h) % kvp, starting at g0 = b*M:
 
-    c = clamp(kv - g*M, 0, M)      keys of the sequence cached on g before the iteration
-    e = clamp(kv + q - g*M, 0, M)  keys on g after it (the new ones land on g where e > c)
-    prefill chunk: tokens q, chunk_kv q*c, chunk_sq q*(e - c), context e, tile work over c + (e - c)/2
-    decode:        tokens 1; where the sequence has keys on g: decodes 1, decode_kv c, context e,
-                   decode span up to c (every sequence is a slot of every group's batch)
+    c = clamp(kv - g0, 0, M)      keys of the sequence cached on g before the iteration
+    e = clamp(kv + q - g0, 0, M)  keys on g after it (the new ones land on g where e > c)
+    prefill chunk: chunk_kv q*c, chunk_sq q*(e - c), context e, tile work over c + (e - c)/2
+    decode:        where the sequence has keys on g: decodes 1, decode_kv c, context e, span c
 
-and each group's time is the runtime predictor's linear model over its own feature sums
+and its q query tokens (projections, MLP, sampling) count on
+    every group   when the groups replicate one batch (`KVCacheManager.per_group_batches` off:
+                  the engine today, `model/llama.py`)
+    its owner     when each group runs its own batch (Mnemosyne): the group holding its last
+                  position; the other groups holding its keys only add their attention share
+
+Each group's time is the runtime predictor's linear model over its own feature sums
 (`predictor.BatchCost`); the iteration's predicted time is the largest. This is the Medha rule
 "the iteration time is the slowest group's". The q*(e-c) term is exact for the group that takes
 the whole chunk and splits a chunk that straddles two groups. The prefill-time cache of LARS
@@ -25,28 +28,39 @@ from medha_jax.scheduler.predictor import BatchCost, RuntimePredictor, tile_work
 
 
 class KVPBatchCost:
-    """Same interface as `BatchCost` (add, add_decodes, time, time_with) over `kvp` groups."""
+    """Same interface as `BatchCost` (add, time, time_with) over `kvp` groups; each sequence is
+    given with its first group (0 when every request starts on group 0)."""
 
-    __slots__ = ("groups", "M")
+    __slots__ = ("groups", "M", "kvp", "replicated")
 
-    def __init__(self, predictor: RuntimePredictor, group_tokens: int, kvp: int, raw: bool = False):
+    def __init__(self, predictor: RuntimePredictor, group_tokens: int, kvp: int, raw: bool = False,
+                 replicated: bool = True):
         self.groups = [BatchCost(predictor, raw=raw) for _ in range(kvp)]
         self.M = group_tokens
+        self.kvp = kvp
+        self.replicated = replicated
 
-    def _parts(self, q: int, kv: int, g: int) -> tuple:
-        """(tokens, chunk_kv, chunk_sq, decodes, decode_kv, context, tile work, decode kv on g) of one
-        sequence on group g."""
-        base = g * self.M
-        c = min(max(kv - base, 0), self.M)
-        e = min(max(kv + q - base, 0), self.M)
+    def _parts(self, q: int, kv: int, h: int, g: int) -> tuple | None:
+        """(tokens, chunk_kv, chunk_sq, decodes, decode_kv, context, tile work, decode kv on g) of
+        one sequence on group g, or None when g has nothing of it to do."""
+        M = self.M
+        base = ((g - h) % self.kvp) * M
+        c = min(max(kv - base, 0), M)
+        e = min(max(kv + q - base, 0), M)
+        own = self.replicated or (kv + q - 1) // M == (g - h) % self.kvp
+        t = q if own else 0
+        if not e:
+            return (t, 0, 0, 0, 0, 0, 0.0, 0) if own else None
         if q == 1 and kv > 0:
-            return (1, 0, 0, 1, c, e, 0.0, c) if e else (1, 0, 0, 0, 0, 0, 0.0, 0)
-        tiles = tile_work(q, c, e - c) if e else 0.0
-        return q, q * c, q * (e - c), 0, 0, e, tiles, 0
+            return t, 0, 0, 1, c, e, 0.0, c
+        return t, q * c, q * (e - c), 0, 0, e, tile_work(q, c, e - c), 0
 
-    def add(self, q: int, kv: int) -> None:
+    def add(self, q: int, kv: int, h: int = 0) -> None:
         for g, cost in enumerate(self.groups):
-            t, ckv, csq, d, dkv, ctx, tiles, gkv = self._parts(q, kv, g)
+            parts = self._parts(q, kv, h, g)
+            if parts is None:
+                continue
+            t, ckv, csq, d, dkv, ctx, tiles, gkv = parts
             cost.n += 1
             cost.tokens += t
             cost.chunk_kv += ckv
@@ -57,22 +71,27 @@ class KVPBatchCost:
             cost.tiles += tiles
             cost.max_dkv = max(cost.max_dkv, gkv)
 
-    def add_decode_seqs(self, kvs) -> None:
-        """Decodes with these cached lengths."""
-        for kv in kvs:
-            self.add(1, kv)
-
     def time(self) -> float:
         return max(cost.time() for cost in self.groups)
 
-    def time_with(self, q: int, kv: int) -> float:
-        """Predicted seconds if q tokens over kv cached ones were added (the slowest group)."""
+    def group_time(self, g: int) -> float:
+        """Predicted seconds of group g's share alone."""
+        return self.groups[g].time()
+
+    def time_with(self, q: int, kv: int, h: int = 0) -> float:
+        """Predicted seconds, with q tokens over kv cached ones added, of the slowest group they
+        would run on (replicated: of every group). The packer fits a chunk to the budget by it: a
+        group already over the budget (say, with decodes alone) does not stop the others' chunks."""
         worst = 0.0
         for g, cost in enumerate(self.groups):
-            t, ckv, csq, d, dkv, ctx, tiles, gkv = self._parts(q, kv, g)
-            worst = max(worst, cost._t(cost.tokens + t, cost.chunk_kv + ckv, cost.chunk_sq + csq,
-                                       cost.decodes + d, cost.decode_kv + dkv, max(cost.max_ctx, ctx),
-                                       cost.tiles + tiles, cost.n + 1, max(cost.max_dkv, gkv)))
+            parts = self._parts(q, kv, h, g)
+            if parts is None:
+                continue
+            tk, ckv, csq, d, dkv, ctx, tiles, gkv = parts
+            t = cost._t(cost.tokens + tk, cost.chunk_kv + ckv, cost.chunk_sq + csq, cost.decodes + d,
+                        cost.decode_kv + dkv, max(cost.max_ctx, ctx), cost.tiles + tiles, cost.n + 1,
+                        max(cost.max_dkv, gkv))
+            worst = max(worst, t)
         return worst
 
 
@@ -80,12 +99,18 @@ def batch_cost(predictor: RuntimePredictor, kv_manager, raw: bool = False):
     """A cost accumulator for this KV layout: plain `BatchCost` with one group, else per group."""
     if kv_manager.kvp == 1:
         return BatchCost(predictor, raw=True) if raw else predictor.batch_cost()
-    return KVPBatchCost(predictor, kv_manager.max_tokens_per_kvp_group, kv_manager.kvp, raw=raw)
+    return KVPBatchCost(predictor, kv_manager.max_tokens_per_kvp_group, kv_manager.kvp, raw=raw,
+                        replicated=not kv_manager.per_group_batches)
 
 
-def predict_pairs(predictor: RuntimePredictor, kv_manager, pairs, raw: bool = False) -> float:
-    """Predicted seconds of an iteration of (q_tokens, kv_len) pairs on this KV layout."""
+def predict_pairs(predictor: RuntimePredictor, kv_manager, pairs, groups=None, raw: bool = False) -> float:
+    """Predicted seconds of an iteration of (q_tokens, kv_len) pairs on this KV layout; `groups`:
+    each sequence's first group (None: all 0)."""
     cost = batch_cost(predictor, kv_manager, raw=raw)
-    for q, kv in pairs:
-        cost.add(q, kv)
+    if groups is None or kv_manager.kvp == 1:
+        for q, kv in pairs:
+            cost.add(q, kv)
+    else:
+        for (q, kv), h in zip(pairs, groups):
+            cost.add(q, kv, h)
     return cost.time()

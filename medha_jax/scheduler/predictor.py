@@ -268,7 +268,8 @@ class BatchCost:
         self.n = self.max_dkv = 0
         self.tiles = 0.0
 
-    def add(self, q: int, kv: int) -> None:
+    def add(self, q: int, kv: int, h: int = 0) -> None:
+        """A sequence of q tokens over kv cached ones (h, its kvp group, is for `KVPBatchCost`)."""
         self.n += 1
         self.tokens += q
         self.max_ctx = max(self.max_ctx, q + kv)
@@ -301,7 +302,7 @@ class BatchCost:
         return self._t(self.tokens, self.chunk_kv, self.chunk_sq, self.decodes, self.decode_kv, self.max_ctx,
                        self.tiles, self.n, self.max_dkv)
 
-    def time_with(self, q: int, kv: int) -> float:
+    def time_with(self, q: int, kv: int, h: int = 0) -> float:
         """Predicted seconds if a prefill chunk of q tokens over kv cached tokens were added."""
         ctx = max(self.max_ctx, q + kv)
         if q == 1 and kv > 0:

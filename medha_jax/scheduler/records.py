@@ -20,9 +20,11 @@ from medha_jax.batch import ScheduledBatch
 class Composition:
     """What one iteration computes: one `(q_tokens, kv_len)` pair per sequence, where `kv_len` is
     the number of tokens already cached before this iteration (so a chunk attends to
-    kv_len + its own tokens). Decodes are the pairs with q_tokens == 1 and kv_len > 0."""
+    kv_len + its own tokens). Decodes are the pairs with q_tokens == 1 and kv_len > 0. `groups`:
+    each sequence's first kvp group (`kvp_layout`), None when every one starts on group 0."""
 
     seqs: tuple[tuple[int, int], ...] = ()
+    groups: tuple[int, ...] | None = None
 
     @classmethod
     def of(cls, pairs) -> "Composition":
@@ -34,7 +36,8 @@ class Composition:
 
     @classmethod
     def from_batch(cls, batch: ScheduledBatch) -> "Composition":
-        return cls(tuple((s.num_tokens, s.start_pos) for s in batch.seqs))
+        groups = tuple(s.first_group for s in batch.seqs)
+        return cls(tuple((s.num_tokens, s.start_pos) for s in batch.seqs), groups if any(groups) else None)
 
     @property
     def num_tokens(self) -> int:

@@ -25,6 +25,8 @@ Pure Python, no JAX.
 
 from __future__ import annotations
 
+import math
+
 from medha_jax.batch import ScheduledBatch
 from medha_jax.scheduler.chunking import largest_chunk
 from medha_jax.scheduler.kvp_cost import batch_cost
@@ -46,16 +48,26 @@ class TimeBudgetPacker:
         chunk_kw = dict(granularity=cfg.chunk_granularity, min_chunk=cfg.min_chunk,
                         max_chunk=cfg.max_chunk, accept_within=cfg.accept_within)
         cost = batch_cost(self.predictor, sched.kv)
-        if sched.kv.kvp == 1:
+        kv = sched.kv
+        if kv.kvp == 1:
             starts = [s.start_pos for s in batch.seqs]  # phase 1 put only decodes here
             cost.add_decodes(len(starts), sum(starts), max(starts, default=0))
         else:
-            cost.add_decode_seqs(s.start_pos for s in batch.seqs)
+            for s in batch.seqs:
+                cost.add(1, s.start_pos, s.first_group)
         t_pred = cost.time()
+        # per_group: the groups run in lockstep, so a group's chunk that outlasts the others idles
+        # them; with k groups decoding, each may use its 1/k share of the budget their decodes
+        # leave, or as much as the slowest group already takes (a group alone gets it all)
+        fair = math.inf
+        if kv.per_group_batches and t_target < math.inf:
+            busy = sum(cost.group_time(g) > 0 for g in range(kv.kvp))
+            fair = t_pred + (t_target - t_pred) / max(busy, 1)
         # t_target inf: batch mode; the policy's margin is one token's time (a tick plus the pipeline fill)
         sched.policy.on_iteration(max(0.0, 1.0 - t_pred / t_target), sched.token_target)
-        tokens_left = cfg.max_num_batched_tokens - len(batch.seqs)
-        group_len = sched.kv.max_tokens_per_kvp_group
+        tokens_left = sched.max_num_batched_tokens - len(batch.seqs)
+        per_group = kv.per_group_batches
+        prefills_on = [0] * kv.kvp  # prefill chunks per kvp group (per_group: each group's own budget)
         long_groups: set[int] = set()
         n_prefills = 0
         admit_waiting = True
@@ -64,8 +76,10 @@ class TimeBudgetPacker:
         examined = 0
         for req in sched.prefill_candidates(now):
             examined += 1
-            if (examined > cfg.max_prefill_candidates or t_pred >= (t_target if n_prefills == 0 else multi_limit) or tokens_left <= 0
-                    or batch.num_rows >= cfg.max_num_seqs):
+            if (examined > cfg.max_prefill_candidates or tokens_left <= 0 or batch.num_rows >= sched.max_num_seqs
+                    or (t_pred >= (t_target if n_prefills == 0 else multi_limit) if not per_group
+                        else all(cost.group_time(g) >= (t_target if p == 0 else multi_limit)
+                                 for g, p in enumerate(prefills_on)))):
                 break
             is_waiting = req in waiting
             if is_waiting:
@@ -73,17 +87,29 @@ class TimeBudgetPacker:
                     continue
                 sched.offer_prefix(req)
             processed = req.num_computed_tokens
+            h = kv.first_groups.get(req.request_id)
+            if h is None:  # not placed yet: the group with the most time left this iteration
+                h = (min(range(kv.kvp), key=lambda g: (cost.group_time(g), -kv.allocators[g].num_free))
+                     if per_group else kv.first_group(req))
+            t_here = t_pred
+            if per_group:  # the group its chunk runs on: is that group's batch full?
+                g_own = (h + processed // kv.max_tokens_per_kvp_group) % kv.kvp
+                t_here = cost.group_time(g_own)
+                if t_here >= (t_target if prefills_on[g_own] == 0 else multi_limit):
+                    continue
             groups = None
             budget = t_target
             if processed >= cfg.long_threshold:
-                groups = range(processed // group_len + 1)
+                groups = kv.groups_of(req, processed + 1)
                 if not long_groups.isdisjoint(groups):
                     continue
                 rho = min(max(policy.relative_slack(req, now), 0.0), cfg.rho_max)
                 budget = t_target * (1.0 - rho)
-            if budget <= t_pred:
+            if per_group:
+                budget = min(budget, max(fair, t_pred))
+            if budget <= t_here:
                 continue
-            n, _ = largest_chunk(lambda q: cost.time_with(q, processed), req.num_remaining_tokens, budget,
+            n, _ = largest_chunk(lambda q: cost.time_with(q, processed, h), req.num_remaining_tokens, budget,
                                  limit=tokens_left, **chunk_kw)
             if n == 0:
                 if batch.seqs:
@@ -92,15 +118,16 @@ class TimeBudgetPacker:
             n = sched.rows_for(req, n, batch)  # a prompt being scored: one logits row per token
             if n <= 0:
                 continue
-            if not sched.reserve(req, n, batch, now):
+            if not sched.reserve(req, n, batch, now, h if per_group else None):
                 if is_waiting:
                     admit_waiting = False
                 continue
             sched.add_seq(batch, req, n, now)
-            cost.add(n, processed)
+            cost.add(n, processed, h)
             t_pred = cost.time()
             tokens_left -= n
             n_prefills += 1
+            prefills_on[(h + (processed + n - 1) // kv.max_tokens_per_kvp_group) % kv.kvp] += 1
             if groups is not None:
                 long_groups.update(groups)
         batch.predicted_time = t_pred if batch.seqs else None

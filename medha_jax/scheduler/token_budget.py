@@ -29,13 +29,13 @@ class TokenBudgetPacker:
 
     def pack_prefills(self, sched, batch: ScheduledBatch, now: float) -> None:
         cfg = sched.config
-        budget = cfg.max_num_batched_tokens
+        budget = sched.max_num_batched_tokens
         used = batch.num_tokens
         first = True
         long_cap = cfg.long_prefill_token_threshold if self.chunked else 0
         longs = 0
         for req in sched.prefill_candidates(now):
-            if batch.num_rows >= cfg.max_num_seqs:
+            if batch.num_rows >= sched.max_num_seqs:
                 break
             sched.offer_prefix(req)  # a waiting request's cached prefix is not recomputed
             remaining = req.num_remaining_tokens

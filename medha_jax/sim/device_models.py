@@ -1,6 +1,7 @@
 """Simulated devices: how long a scheduled batch takes, as (tick, latency).
 
-  batch composition [(q_tokens, kv_len), ...] --device.run--> (tick, latency)
+  batch composition [(q_tokens, kv_len), ...] [+ each sequence's first kvp group, when the
+  groups run their own batches: AnalyticDevice only] --device.run--> (tick, latency)
       tick:    seconds until the device accepts the next batch (one SPP stage)
       latency: seconds until the batch's sampled tokens come out (all `depth` stages)
 
@@ -62,8 +63,9 @@ class AnalyticDevice:
         self.depth = perf.spp
         self._tables: dict[float, _PrefillTable] = {}
 
-    def run(self, seqs) -> tuple[float, float]:
-        return self.perf.tick_and_latency(seqs)
+    def run(self, seqs, groups=None) -> tuple[float, float]:
+        """`groups`: each sequence's first kvp group (None: all on group 0)."""
+        return self.perf.tick_and_latency(seqs, groups)
 
     def latency(self, seqs) -> float:
         return self.perf.iteration_time(seqs)

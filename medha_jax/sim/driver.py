@@ -114,6 +114,7 @@ def simulate(scheduler: Scheduler, specs: list[RequestSpec], device, *, horizon:
     in_pipe = False
     busy = 0.0
     run = device.run
+    spread = scheduler.kv.per_group_batches  # requests on different kvp groups: the device needs to know which
     add = scheduler.add_request
     update = scheduler.update_from_output
 
@@ -151,7 +152,8 @@ def simulate(scheduler: Scheduler, specs: list[RequestSpec], device, *, horizon:
             entry = None
         else:
             seqs = [(s.num_tokens, s.start_pos) for s in batch.seqs]
-            entry = (batch, run(seqs)[0], any(s.samples for s in batch.seqs))
+            groups = [s.first_group for s in batch.seqs] if spread else None
+            entry = (batch, (run(seqs, groups) if spread else run(seqs))[0], any(s.samples for s in batch.seqs))
             tokens += sum(q for q, _ in seqs)
             n_iter += 1
             if n_iter >= max_iterations:

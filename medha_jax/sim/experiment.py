@@ -50,7 +50,7 @@ class Experiment:
         if hasattr(profile.device, "predictor"):  # a measured profile already is a predictor
             self.predictor, self.predictor_info = profile.device.predictor, {"kind": "measured profile"}
         else:
-            self.predictor, info = fit_predictor(profile.device, seed=seed)
+            self.predictor, info = fit_predictor(profile.group_device or profile.device, seed=seed)
             self.predictor_info = {"kind": "fitted", **info}
 
     def work(self, prompt_tokens: int) -> float:

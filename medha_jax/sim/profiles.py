@@ -1,7 +1,10 @@
 """Device profiles by name: what the simulated deployment is, and how much KV it holds.
 
   "<preset>"                    a modelled deployment from PRESETS (analytic model, medha_jax.hardware)
-  "model=..,device=..,tp=..,spp=..,kvp=..,kvp_tokens=.."   any modelled mesh
+  "model=..,device=..,tp=..,spp=..,kvp=..,kvp_tokens=..[,kvp_batches=replicated]"   any modelled
+                                mesh; with kvp > 1 each group runs its own batch of the requests
+                                placed on it (Mnemosyne), or with kvp_batches=replicated one batch
+                                runs on every group (the comparison design)
   "path/to/profile.json"        a measured RuntimePredictor profile (the profile command's output)
   "linear:<s_per_token>[:<fixed_s>]"                       the toy device of worked examples
   --> Profile(device, elastic device for whole-prompt baselines, KV pages, kvp layout)
@@ -46,13 +49,20 @@ class Profile:
     elastic: object | None = None
     perf: AnalyticPerfModel | None = None
     info: dict = field(default_factory=dict)
+    per_group_batches: bool = False
+    """kvp > 1: each group runs its own batch (requests spread over the groups); else one batch
+    replicated over the groups."""
+    group_device: object | None = None
+    """One kvp group alone (what the scheduler's predictor is fitted to: it costs each group's
+    share of a batch); None: the device itself."""
 
     def kv_manager(self, page_size: int = PAGE_SIZE, prefix_caching: bool = False) -> KVCacheManager:
         pages = self.kv_tokens_per_group // page_size
         m = self.max_tokens_per_kvp_group
         if m is not None:
             m = min(m - m % page_size, pages * page_size)
-        return KVCacheManager(pages, page_size, kvp=self.kvp, max_tokens_per_kvp_group=m, prefix_caching=prefix_caching)
+        return KVCacheManager(pages, page_size, kvp=self.kvp, max_tokens_per_kvp_group=m, prefix_caching=prefix_caching,
+                              per_group_batches=self.per_group_batches)
 
     def device_for(self, kind: str):
         if kind == "elastic_sp" and self.elastic is not None:
@@ -62,6 +72,7 @@ class Profile:
     def describe(self) -> dict:
         return {"name": self.name, "device": self.device.describe(), "kv_tokens_per_group": self.kv_tokens_per_group,
                 "kvp": self.kvp, "max_tokens_per_kvp_group": self.max_tokens_per_kvp_group,
+                "per_group_batches": self.per_group_batches,
                 "elastic": None if self.elastic is None else self.elastic.describe(), **self.info}
 
 
@@ -72,10 +83,13 @@ def _parse_spec(text: str) -> dict:
             raise ValueError(f"device spec {text!r}: expected key=value parts, got {part!r}")
         k, v = (s.strip() for s in part.split("=", 1))
         out[k] = v
-    unknown = set(out) - {"model", "device", "tp", "spp", "kvp", "kvp_tokens"}
+    unknown = set(out) - {"model", "device", "tp", "spp", "kvp", "kvp_tokens", "kvp_batches"}
     if unknown:
         raise ValueError(f"device spec {text!r}: unknown keys {sorted(unknown)}; "
-                         f"valid: model, device, tp, spp, kvp, kvp_tokens")
+                         f"valid: model, device, tp, spp, kvp, kvp_tokens, kvp_batches")
+    if out.get("kvp_batches", "per_group") not in ("per_group", "replicated"):
+        raise ValueError(f"device spec {text!r}: kvp_batches must be per_group (each kvp group runs its own "
+                         f"batch) or replicated (one batch on every group), got {out['kvp_batches']!r}")
     return out
 
 
@@ -85,15 +99,19 @@ def analytic_profile(spec: str, name: str | None = None) -> Profile:
     dev = get_device(kw.get("device", "a100"))
     tp, spp, kvp = (int(kw.get(k, d)) for k, d in (("tp", 1), ("spp", 1), ("kvp", 1)))
     kvp_tokens = int(kw["kvp_tokens"]) if "kvp_tokens" in kw else None
-    perf = AnalyticPerfModel(model, dev, tp=tp, spp=spp, kvp=kvp, max_tokens_per_kvp_group=kvp_tokens)
+    replicated = kw.get("kvp_batches", "per_group") == "replicated"
+    perf = AnalyticPerfModel(model, dev, tp=tp, spp=spp, kvp=kvp, max_tokens_per_kvp_group=kvp_tokens,
+                             kvp_replicated=replicated)
     device = AnalyticDevice(perf)
+    group = AnalyticDevice(AnalyticPerfModel(model, dev, tp=tp, spp=spp)) if kvp > 1 else None
     cap = perf.kv_capacity_tokens()
     # the whole-prompt baselines: the same devices as TP2 instances with elastic SP over all of them
     n_dev = tp * spp * kvp
     inst_tp = min(2, tp)
     instance = AnalyticPerfModel(model, dev, tp=inst_tp)
     elastic = ElasticSPDevice.from_analytic(instance, n_dev // inst_tp, device)
-    return Profile(name or perf.name, device, cap, kvp, kvp_tokens if kvp > 1 else None, elastic, perf)
+    return Profile(name or perf.name, device, cap, kvp, kvp_tokens if kvp > 1 else None, elastic, perf,
+                   per_group_batches=kvp > 1 and not replicated, group_device=group)
 
 
 def load_profile(text: str, kv_tokens: int | None = None) -> Profile:

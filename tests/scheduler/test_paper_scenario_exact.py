@@ -27,7 +27,7 @@ class ParallelBatchCost:
     def __init__(self):
         self.t = 0.0
 
-    def add(self, q, kv):
+    def add(self, q, kv, h=0):
         self.t = max(self.t, C * q)
 
     def add_decodes(self, n, kv_sum, kv_max=0):
@@ -37,7 +37,7 @@ class ParallelBatchCost:
     def time(self):
         return self.t
 
-    def time_with(self, q, kv):
+    def time_with(self, q, kv, h=0):
         return max(self.t, C * q)
 
 
