@@ -88,8 +88,9 @@ class TimeBudgetPacker:
                 sched.offer_prefix(req)
             processed = req.num_computed_tokens
             h = kv.first_groups.get(req.request_id)
-            if h is None:  # not placed yet: the group with the most time left this iteration
-                h = (min(range(kv.kvp), key=lambda g: (cost.group_time(g), -kv.allocators[g].num_free))
+            if h is None:  # not placed yet: the group with the most time left this iteration (and free pages)
+                h = (min(range(kv.kvp), key=lambda g: (kv.allocators[g].num_free == 0, cost.group_time(g),
+                                                       -kv.allocators[g].num_free))
                      if per_group else kv.first_group(req))
             t_here = t_pred
             if per_group:  # the group its chunk runs on: is that group's batch full?

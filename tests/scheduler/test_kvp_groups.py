@@ -91,3 +91,17 @@ def test_the_packer_gives_every_group_its_own_prefills_in_one_iteration():
         now += 0.05
         batch = sched.schedule(now)
     assert kv.num_free_pages == kv.num_total_pages and not kv.first_groups
+
+
+def test_a_new_request_is_not_placed_on_a_group_without_free_pages():
+    pred = RuntimePredictor({"const": 1e-3, "tokens": 1e-4})
+    kv = KVCacheManager(8, page_size=16, kvp=2, max_tokens_per_kvp_group=128, per_group_batches=True)
+    sched = make_scheduler(SchedulerConfig(policy="slo", t_target=0.05, chunk_granularity=16, min_chunk=16), kv, pred)
+    kv.allocators[0].allocate(8)  # every page of group 0 taken (outside the scheduler)
+    hog, new = make_requests(2, prompt_len=[40, 40], max_tokens=8)
+    sched.add_request(hog)
+    sample_all(sched, sched.schedule(0.0), 0.0)  # hog prefilled on group 1, decoding there
+    sched.add_request(new)
+    batch = sched.schedule(0.1)  # group 0 has the most time left, but no pages
+    assert sorted((s.request_id, s.first_group, s.num_tokens) for s in batch.seqs) == [
+        (hog.request_id, 1, 1), (new.request_id, 1, 40)]
