@@ -16,7 +16,7 @@ def _shorts(n):
 
 
 def test_per_group_batches_give_three_times_the_short_throughput_of_one_replicated_batch():
-    specs = _shorts(1500)
+    specs = _shorts(1000)  # 978 requests: 3.55x (2,947: 3.98x in benchmarks/kvp_groups.py)
     done = {}
     for design in ("", ",kvp_batches=replicated"):
         run = Experiment(load_profile(KVP4.format(m=262144) + design)).run("slo", specs)
