@@ -31,6 +31,7 @@ Pure Python, no JAX.
 from __future__ import annotations
 
 from medha_jax.host_page_store import HostPageStore, SwapOp
+from medha_jax.kvp_layout import group_of_block
 from medha_jax.page_allocator import OutOfPagesError, PageAllocator
 from medha_jax.prefix_cache import PrefixCache
 from medha_jax.request import Request
@@ -126,7 +127,7 @@ class KVCacheManager:
     def groups_of(self, request: Request, num_tokens: int) -> list[int]:
         """The groups holding positions [0, num_tokens) of the request, block by block."""
         h, m = self.first_group(request), self.max_tokens_per_kvp_group
-        return [(h + b) % self.kvp for b in range(max(1, -(-num_tokens // m)))]
+        return [group_of_block(h, b, self.kvp) for b in range(max(1, -(-num_tokens // m)))]
 
     def pages_for(self, num_tokens: int) -> list[int]:
         """Pages needed in each block (blocks 0..last touched) to hold positions [0, num_tokens)."""
@@ -160,7 +161,7 @@ class KVCacheManager:
         if short is None:
             return False
         allocs, h, kvp = self.allocators, self.first_group(request, group), self.kvp
-        return all(n <= allocs[(h + b) % kvp].num_free for b, n in enumerate(short))
+        return all(n <= allocs[group_of_block(h, b, kvp)].num_free for b, n in enumerate(short))
 
     def num_missing_pages(self, request: Request, num_new_tokens: int) -> int:
         """Pages still to allocate for `num_new_tokens` more tokens (over all groups)."""
@@ -189,7 +190,7 @@ class KVCacheManager:
         if covered < end and target <= end and num_new_tokens >= 0:
             b = len(tables) - 1 if tables else 0
             h = self.first_group(request, group)
-            alloc = self.allocators[(h + b) % self.kvp]
+            alloc = self.allocators[group_of_block(h, b, self.kvp)]
             n = -(-(target - covered) // self.page_size)
             if n > alloc.num_free:
                 return False
@@ -219,10 +220,10 @@ class KVCacheManager:
             )
         allocs, h, kvp = self.allocators, self.first_group(request, group), self.kvp
         for b, n in enumerate(short):
-            if n > allocs[(h + b) % kvp].num_free:
+            g = group_of_block(h, b, kvp)
+            if n > allocs[g].num_free:
                 raise OutOfPagesError(
-                    f"request {request.request_id} needs {n} more pages in kvp group {(h + b) % kvp}, "
-                    f"{allocs[(h + b) % kvp].num_free} free"
+                    f"request {request.request_id} needs {n} more pages in kvp group {g}, {allocs[g].num_free} free"
                 )
         tables = self.tables.setdefault(request.request_id, [])
         self.first_groups[request.request_id] = h
@@ -230,7 +231,7 @@ class KVCacheManager:
             if b == len(tables):
                 tables.append([])
             if n > 0:
-                tables[b].extend(allocs[(h + b) % kvp].allocate(n))
+                tables[b].extend(allocs[group_of_block(h, b, kvp)].allocate(n))
         if tables:  # full groups hold M positions each; the last one what its pages hold
             covered = (len(tables) - 1) * self.max_tokens_per_kvp_group + len(tables[-1]) * self.page_size
             self.covered[request.request_id] = covered
@@ -301,7 +302,7 @@ class KVCacheManager:
         per = self.max_tokens_per_kvp_group // self.page_size
         ps, h, kvp = self.page_size, self.first_groups[request.request_id], self.kvp
         prefix.register(request.request_id, request.token_ids_slice(done * ps, full * ps), full,
-                        lambda i: ((h + i // per) % kvp, tables[i // per][i % per]))
+                        lambda i: (group_of_block(h, i // per, kvp), tables[i // per][i % per]))
 
     def take_swap_ops(self) -> list[SwapOp]:
         """Device <-> host page copies issued since the last call, in order; the engine runs them
@@ -324,7 +325,7 @@ class KVCacheManager:
             return 0
         n = 0
         for b, pages in enumerate(tables):
-            self.allocators[(h + b) % self.kvp].free(pages)
+            self.allocators[group_of_block(h, b, self.kvp)].free(pages)
             n += len(pages)
         return n
 

@@ -27,6 +27,7 @@ import functools
 from collections.abc import Callable, Sequence
 
 from medha_jax.host_page_store import HostPageStore
+from medha_jax.kvp_layout import group_of_block
 
 _ROOT = 0  # the parent hash of page 0
 
@@ -98,7 +99,7 @@ class PrefixCache:
         for i in range(max_pages):
             page_tokens = tuple(tokens[i * ps:(i + 1) * ps])
             h = hash((parent, page_tokens))
-            yield (first_group + i // per) % kvp, h, parent, page_tokens
+            yield group_of_block(first_group, i // per, kvp), h, parent, page_tokens
             parent = h
 
     def _on_device(self, g: int, h: int, parent: int, page_tokens: tuple[int, ...]) -> int | None:

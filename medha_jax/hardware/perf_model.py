@@ -32,6 +32,7 @@ import math
 
 from medha_jax.hardware.device_specs import DeviceSpec, Efficiency, default_efficiency
 from medha_jax.hardware.models import ModelShape
+from medha_jax.kvp_layout import owner, shards
 
 
 def pairs_in_shard(kv: int, q: int, a: int, b: int) -> int:
@@ -197,21 +198,18 @@ class AnalyticPerfModel:
         for i, (q, kv) in enumerate(seqs):
             h = groups[i] if groups is not None else 0
             end = kv + q
-            last = (end - 1) // M
             if rep:
                 span_q += q
                 for g in range(G):
                     T[g] += q
                     n[g] += 1
             else:
-                T[(h + last) % G] += q
-                n[(h + last) % G] += 1
-                if last > 0:
+                o = owner(q, kv, h, M, G)
+                T[o] += q
+                n[o] += 1
+                if end > M:  # spans groups
                     span_q += q
-            for b in range(last + 1):
-                g = (h + b) % G
-                a = b * M
-                e = min(end, a + M)
+            for g, a, e in shards(end, h, M, G):
                 pairs = pairs_in_shard(kv, q, a, e)
                 if q == 1:
                     dp[g] += pairs

@@ -24,6 +24,7 @@ spread over several groups). Pure Python.
 
 from __future__ import annotations
 
+from medha_jax.kvp_layout import owner
 from medha_jax.scheduler.predictor import BatchCost, RuntimePredictor, tile_work
 
 
@@ -44,10 +45,10 @@ class KVPBatchCost:
         """(tokens, chunk_kv, chunk_sq, decodes, decode_kv, context, tile work, decode kv on g) of
         one sequence on group g, or None when g has nothing of it to do."""
         M = self.M
-        base = ((g - h) % self.kvp) * M
+        base = ((g - h) % self.kvp) * M  # the block of the sequence that g holds
         c = min(max(kv - base, 0), M)
         e = min(max(kv + q - base, 0), M)
-        own = self.replicated or (kv + q - 1) // M == (g - h) % self.kvp
+        own = self.replicated or owner(q, kv, h, M, self.kvp) == g
         t = q if own else 0
         if not e:
             return (t, 0, 0, 0, 0, 0, 0.0, 0) if own else None

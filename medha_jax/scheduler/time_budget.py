@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 
 from medha_jax.batch import ScheduledBatch
+from medha_jax.kvp_layout import owner
 from medha_jax.scheduler.chunking import largest_chunk
 from medha_jax.scheduler.kvp_cost import batch_cost
 
@@ -94,7 +95,7 @@ class TimeBudgetPacker:
                      if per_group else kv.first_group(req))
             t_here = t_pred
             if per_group:  # the group its chunk runs on: is that group's batch full?
-                g_own = (h + processed // kv.max_tokens_per_kvp_group) % kv.kvp
+                g_own = owner(1, processed, h, kv.max_tokens_per_kvp_group, kv.kvp)  # its next token's group
                 t_here = cost.group_time(g_own)
                 if t_here >= (t_target if prefills_on[g_own] == 0 else multi_limit):
                     continue
@@ -128,7 +129,7 @@ class TimeBudgetPacker:
             t_pred = cost.time()
             tokens_left -= n
             n_prefills += 1
-            prefills_on[(h + (processed + n - 1) // kv.max_tokens_per_kvp_group) % kv.kvp] += 1
+            prefills_on[owner(n, processed, h, kv.max_tokens_per_kvp_group, kv.kvp)] += 1
             if groups is not None:
                 long_groups.update(groups)
         batch.predicted_time = t_pred if batch.seqs else None
