@@ -24,6 +24,7 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -86,6 +87,48 @@ def spp_rows() -> dict:
     return out
 
 
+def table(first: str, rows: dict[str, dict], columns: list[tuple[str, Callable[[dict], str]]]) -> list[str]:
+    """A Markdown table: one row per entry of `rows`, a column per (title, cell of a row's results)."""
+    out = [f"| {first} | " + " | ".join(t for t, _ in columns) + " |", "|---" * (len(columns) + 1) + "|"]
+    return out + [f"| {name} | " + " | ".join(cell(r) for _, cell in columns) + " |" for name, r in rows.items()]
+
+
+def render(report: dict) -> list[str]:
+    """The Markdown of a report (what main measured, or a results JSON read back)."""
+    pg, rep = "per_group (kvp=4, 32 GPUs)", "replicated (kvp=4, 32 GPUs)"
+    f = lambda x, d=2: "-" if x is None else f"{x:.{d}f}"  # noqa: E731
+    ms = lambda x: "-" if x is None else f"{1000 * x:.1f}"  # noqa: E731
+    tpot = ("TPOT P50 / P99 (ms)", lambda r: f"{ms(r['tpot_p50'])} / {ms(r['tpot_p99'])}")
+    misses = ("deadline misses", lambda r: f"{100 * r['miss_rate']:.1f}%")
+    o, ol, op = report["offline"], report["offline_long"], report["open_loop"]
+    return [
+        "# KVP groups with their own batches, and SPP's per-token budget (simulator)", "",
+        provenance(report), "",
+        "Modelled Llama-3 8B on H100 nodes (analytic roofline model, `medha_jax/hardware`), TP8 per kvp "
+        "group, kvp_tokens 262,144, the default policy (slo), t_target 50 ms. Done when (issue 15): "
+        "short-request throughput on kvp=4 >= 3x the replicated design's at the same device count.", "",
+        f"## Offline batch: {report['num_shorts']} ShareGPT4-like shorts at t=0", "",
+        *table("design", o, [("time to finish all (s)", lambda r: f(r["short_done_s"])),
+                             ("requests/s", lambda r: f(r["short_req_per_s"])),
+                             ("output tokens/s", lambda r: f(r["out_tok_per_s"], 0)), tpot,
+                             ("mean tick (ms)", lambda r: f(r["mean_tick_ms"]))]),
+        "", f"per_group / replicated: **{o[pg]['short_req_per_s'] / o[rep]['short_req_per_s']:.2f}x** requests/s, "
+        f"{o[pg]['out_tok_per_s'] / o[rep]['out_tok_per_s']:.2f}x output tokens/s.", "",
+        f"## The same batch plus one {LONG_TOKENS:,}-token request spanning all four groups", "",
+        *table("design", ol, [("shorts done (s)", lambda r: f(r["short_done_s"])),
+                              ("short requests/s", lambda r: f(r["short_req_per_s"])),
+                              ("long TTFT (s)", lambda r: f(r["long_ttft_s"])),
+                              ("blocks the long request spans", lambda r: str(r["long_blocks"])), tpot]),
+        "", f"per_group / replicated: **{ol[pg]['short_req_per_s'] / ol[rep]['short_req_per_s']:.2f}x** short "
+        f"requests/s.", "", "## Open loop: 200 QPS of shorts for 60 s (above both designs' capacity)", "",
+        *table("design", op, [("completed/s", lambda r: f(r["completed_per_s"])), misses, tpot]),
+        "", f"per_group / replicated: **{op[pg]['completed_per_s'] / op[rep]['completed_per_s']:.2f}x** completed/s.",
+        "", "## SPP = 2: TPOT against a 50 ms target (llama3-8b-a100x16-tp8-spp2, 5% long, 1 QPS, 120 s)", "",
+        *table("policy", report["spp2"], [tpot, ("largest gap between two tokens (ms)", lambda r: ms(r["max_gap"])),
+                                          misses]),
+    ]
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shorts", type=int, default=3000, help="shorts in the offline batch (about)")
@@ -106,45 +149,7 @@ def main(argv=None) -> None:
         print(name, "done", flush=True)
     results["spp2"] = spp_rows()
     report = {**results, "num_shorts": len(shorts), **run_info("kvp_groups.py", argv, load_before)}
-    pg, rep = "per_group (kvp=4, 32 GPUs)", "replicated (kvp=4, 32 GPUs)"
-    f = lambda x, d=2: "-" if x is None else f"{x:.{d}f}"  # noqa: E731
-    ms = lambda x: "-" if x is None else f"{1000 * x:.1f}"  # noqa: E731
-    lines = ["# KVP groups with their own batches, and SPP's per-token budget (simulator)", "",
-             provenance(report), "",
-             "Modelled Llama-3 8B on H100 nodes (analytic roofline model, `medha_jax/hardware`), TP8 per kvp "
-             "group, kvp_tokens 262,144, the default policy (slo), t_target 50 ms. Done when (issue 15): "
-             "short-request throughput on kvp=4 >= 3x the replicated design's at the same device count.", "",
-             f"## Offline batch: {len(shorts)} ShareGPT4-like shorts at t=0", "",
-             "| design | time to finish all (s) | requests/s | output tokens/s | TPOT P50 / P99 (ms) | mean tick (ms) |",
-             "|---|---|---|---|---|---|"]
-    for name, r in results["offline"].items():
-        lines.append(f"| {name} | {f(r['short_done_s'])} | {f(r['short_req_per_s'])} | {f(r['out_tok_per_s'], 0)} | "
-                     f"{ms(r['tpot_p50'])} / {ms(r['tpot_p99'])} | {f(r['mean_tick_ms'])} |")
-    o = results["offline"]
-    lines += ["", f"per_group / replicated: **{o[pg]['short_req_per_s'] / o[rep]['short_req_per_s']:.2f}x** requests/s, "
-              f"{o[pg]['out_tok_per_s'] / o[rep]['out_tok_per_s']:.2f}x output tokens/s.", "",
-              f"## The same batch plus one {LONG_TOKENS:,}-token request spanning all four groups", "",
-              "| design | shorts done (s) | short requests/s | long TTFT (s) | blocks the long request spans | TPOT P50 / P99 (ms) |",
-              "|---|---|---|---|---|---|"]
-    for name, r in results["offline_long"].items():
-        lines.append(f"| {name} | {f(r['short_done_s'])} | {f(r['short_req_per_s'])} | {f(r['long_ttft_s'])} | "
-                     f"{r['long_blocks']} | {ms(r['tpot_p50'])} / {ms(r['tpot_p99'])} |")
-    ol = results["offline_long"]
-    lines += ["", f"per_group / replicated: **{ol[pg]['short_req_per_s'] / ol[rep]['short_req_per_s']:.2f}x** short "
-              f"requests/s.", "", "## Open loop: 200 QPS of shorts for 60 s (above both designs' capacity)", "",
-              "| design | completed/s | deadline misses | TPOT P50 / P99 (ms) |", "|---|---|---|---|"]
-    for name, r in results["open_loop"].items():
-        lines.append(f"| {name} | {f(r['completed_per_s'])} | {100 * r['miss_rate']:.1f}% | "
-                     f"{ms(r['tpot_p50'])} / {ms(r['tpot_p99'])} |")
-    op = results["open_loop"]
-    lines += ["", f"per_group / replicated: **{op[pg]['completed_per_s'] / op[rep]['completed_per_s']:.2f}x** completed/s.",
-              "", "## SPP = 2: TPOT against a 50 ms target (llama3-8b-a100x16-tp8-spp2, 5% long, 1 QPS, 120 s)", "",
-              "| policy | TPOT P50 / P99 (ms) | largest gap between two tokens (ms) | deadline misses |",
-              "|---|---|---|---|"]
-    for policy, r in results["spp2"].items():
-        lines.append(f"| {policy} | {ms(r['tpot_p50'])} / {ms(r['tpot_p99'])} | {ms(r['max_gap'])} | "
-                     f"{100 * r['miss_rate']:.1f}% |")
-    write_results(Path(args.out), "kvp_groups", report, lines)
+    write_results(Path(args.out), "kvp_groups", report, render(report))
 
 
 if __name__ == "__main__":
