@@ -14,13 +14,16 @@ runtime predictor both rely on it only for speed, never for correctness).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from medha_jax.request import Request
 
 
-@dataclass(slots=True)
-class ScheduledSeq:
-    """One request's share of an iteration: `num_tokens` tokens starting at position `start_pos`."""
+class ScheduledSeq(NamedTuple):
+    """One request's share of an iteration: `num_tokens` tokens starting at position `start_pos`.
+
+    A tuple, never changed once made: the scheduler's decode loop builds hundreds per iteration
+    with `tuple.__new__`, a third of what a dataclass's `__init__` costs."""
 
     request: Request
     start_pos: int
@@ -72,7 +75,12 @@ class ScheduledBatch:
     tokens_pending: bool = False
     """Set by `Scheduler.on_batch_done`: its sampled tokens were left pending on the device."""
     num_rows: int = 0
-    """Logits rows of all its sequences (kept by `Scheduler.add_seq`; at most max_num_seqs)."""
+    """Logits rows of all its sequences (kept by `Scheduler.add_seq`)."""
+    group_rows: list[int] = field(default_factory=lambda: [0])
+    """Logits rows per batch that runs: one entry, or one per kvp group when the groups run their
+    own batches (each at most `SchedulerConfig.max_num_seqs`; `Scheduler.run_group`)."""
+    group_tokens: list[int] = field(default_factory=lambda: [0])
+    """Tokens per batch that runs, as group_rows (each at most max_num_batched_tokens)."""
 
     @property
     def num_tokens(self) -> int:

@@ -164,8 +164,10 @@ def build_device_side(config: EngineConfig, scfg: SchedulerConfig) -> DeviceSide
             group_tokens = min(load_preset(config.mesh.strip()).max_tokens_per_kvp_group or group_tokens, group_tokens)
     kvp = mesh_spec["kvp"]
     host_slots = _host_slots(config, model_config, mesh, page)
+    # per_group_batches: each kvp group runs its own batch (the executor's layout, `model.inputs`)
     kv_manager = KVCacheManager(pages_per_group, page, kvp=kvp, max_tokens_per_kvp_group=group_tokens,
-                                prefix_caching=config.enable_prefix_caching, host_slots=host_slots)  # validates
+                                prefix_caching=config.enable_prefix_caching, host_slots=host_slots,
+                                per_group_batches=True)  # validates
 
     ladders = BucketLadders.build(
         max_tokens=max_model_len if scfg.policy == "fcfs_nonchunked" else scfg.max_num_batched_tokens,

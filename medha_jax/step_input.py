@@ -46,6 +46,8 @@ class SeqInput:
     """>= 0: the last scheduled token is pending (`Request.num_pending_tokens`): the device reads
     its id from the previous step's sampled tokens at this index (a logits row of that step);
     -1: all ids are above."""
+    first_group: int = 0
+    """The kvp group holding its block 0 (`kvp_layout`): which group runs its tokens follows."""
     targets: tuple[int, ...] = ()
     """A chunk of a prompt being scored (`SamplingParams.prompt_logprobs`): per scheduled token,
     the prompt token after it, whose log-probability its logits row gives (-1: none, the row
@@ -85,7 +87,8 @@ class StepInput:
                 token_ids=tuple(s.token_ids),
                 page_tables=tuple(tuple(t) for t in s.page_tables), samples=s.samples,
                 temperature=sp.temperature, top_k=sp.top_k, top_p=sp.top_p, seed=req.seed,
-                step=req.num_output_tokens + req.num_pending_tokens, feed=feed, targets=targets,
+                step=req.num_output_tokens + req.num_pending_tokens, feed=feed, first_group=s.first_group,
+                targets=targets,
             ))
         return StepInput(tuple(seqs))
 

@@ -44,7 +44,7 @@ from medha_jax.executor.packing import MODEL_FIELDS, SAMPLING_FIELDS, PackedBatc
 from medha_jax.executor.pipeline_slots import Microbatch, PipelineSlots, TickPlan, bucket_of
 from medha_jax.executor.sampler import SamplingArrays, sample
 from medha_jax.model import sharding
-from medha_jax.model.inputs import ModelInputs
+from medha_jax.model.inputs import ModelInputs, place
 from medha_jax.model.pipeline_step import init_acts, make_step
 from medha_jax.model.sharded_forward import init_kv_cache
 from medha_jax.step_input import StepInput
@@ -82,10 +82,10 @@ class StepResult:
 class Launched:
     """A step started on the device; `result()` waits for it and copies its samples to the host."""
 
-    tokens: jax.Array  # i32[max_seqs], replicated
-    logprobs: jax.Array  # f32[S], replicated
-    top_ids: jax.Array  # i32[S, K], replicated
-    top_logprobs: jax.Array  # f32[S, K], replicated
+    tokens: jax.Array  # i32[kvp*max_seqs], replicated, in the step's row order
+    logprobs: jax.Array  # f32[kvp*S], replicated
+    top_ids: jax.Array  # i32[kvp*S, K], replicated
+    top_logprobs: jax.Array  # f32[kvp*S, K], replicated
     n: int  # logits rows in the step
 
     def result(self) -> StepResult:
@@ -124,8 +124,9 @@ class Executor:
         self._jitted = jax.jit(make_step(cfg, mesh, attention_fn, sample, self.max_seqs), donate_argnums=(1, 2, 3))
         specs = sharding.input_specs(stacked=True)
         self._shardings = {f: NamedSharding(mesh, getattr(specs, f)) for f in MODEL_FIELDS}
-        self._shardings.update({f: NamedSharding(mesh, P()) for f in (*SAMPLING_FIELDS, "feed_index")})
-        self._prev_tokens = self._zero_tokens()  # i32[max_seqs]: the last tick's samples, on the device
+        self._shardings.update({f: NamedSharding(mesh, sharding.SAMPLING_SPEC) for f in (*SAMPLING_FIELDS, "feed_index")})
+        self._shardings["out_rows"] = NamedSharding(mesh, P())
+        self._prev_tokens = self._zero_tokens()  # i32[kvp*max_seqs]: the last tick's samples, on the device
         self.timeline: DeviceTimeline | None = None  # set to record when each tick ran (benchmarks)
         self._multiprocess = jax.process_count() > 1
         self._compiled: dict[Bucket, object] = {}  # written by the engine thread and the background compiler
@@ -140,15 +141,17 @@ class Executor:
         i32, f32 = jnp.int32, jnp.float32
         sd = jax.ShapeDtypeStruct
         n, g = self.depth, self.kvp
+        T, S = b.tokens, b.seqs
         inp = ModelInputs(
-            token_ids=sd((n, b.tokens), i32), positions=sd((n, b.tokens), i32),
-            slot_mapping=sd((n, g, b.tokens), i32), cu_q_lens=sd((n, b.seqs + 1), i32),
-            q_offsets=sd((n, g, b.seqs), i32), kv_lens=sd((n, g, b.seqs), i32),
-            page_table=sd((n, g, b.seqs, b.pages), i32), logits_indices=sd((n, b.seqs), i32),
+            token_ids=sd((n, g, T), i32), positions=sd((n, g, T), i32),
+            slot_mapping=sd((n, g, g, T), i32), cu_q_lens=sd((n, g, S + 1), i32),
+            q_offsets=sd((n, g, g, S), i32), kv_lens=sd((n, g, g, S), i32),
+            page_table=sd((n, g, g, S, b.pages), i32), logits_indices=sd((n, g, S), i32),
         )
-        samp = SamplingArrays(sd((b.seqs,), f32), sd((b.seqs,), i32), sd((b.seqs,), f32),
-                              sd((b.seqs,), jnp.uint32), sd((b.seqs,), i32), sd((b.seqs,), i32))
-        return self.params, self.kv_k, self.kv_v, self.acts, inp, samp, sd((b.tokens,), i32), self._prev_tokens
+        samp = SamplingArrays(sd((g, S), f32), sd((g, S), i32), sd((g, S), f32),
+                              sd((g, S), jnp.uint32), sd((g, S), i32), sd((g, S), i32))
+        return (self.params, self.kv_k, self.kv_v, self.acts, inp, samp, sd((g, T), i32), self._prev_tokens,
+                sd((g * S,), i32))
 
     def compile_bucket(self, b: Bucket):
         """The executable for bucket b, compiled now unless it already is."""
@@ -260,7 +263,7 @@ class Executor:
         self._prev_tokens = self._zero_tokens()
 
     def _zero_tokens(self) -> jax.Array:
-        return jax.device_put(np.zeros(self.max_seqs, np.int32), NamedSharding(self.mesh, P()))
+        return jax.device_put(np.zeros(self.kvp * self.max_seqs, np.int32), NamedSharding(self.mesh, P()))
 
     def _send(self, op: str, arrays: dict[str, np.ndarray] | None = None) -> None:
         if self.channel is not None:
@@ -273,7 +276,16 @@ class Executor:
         return self.pipe.is_empty
 
     def pack(self, step: StepInput) -> PackedBatch:
-        bucket = self.ladders.pick(step.num_tokens, step.num_rows, step.max_pages)  # rows >= sequences
+        if self.kvp == 1:
+            tokens, rows = step.num_tokens, step.num_rows
+        else:  # a bucket is per group: the busiest group's batch decides it
+            tokens, rows = [0] * self.kvp, [0] * self.kvp
+            specs = [(s.token_ids, s.start_pos, None, s.first_group) for s in step.seqs]
+            for s, (g, _) in zip(step.seqs, place(specs, self.kvp, self.group_tokens)):
+                tokens[g] += s.num_tokens
+                rows[g] += s.num_rows
+            tokens, rows = max(tokens), max(rows)
+        bucket = self.ladders.pick(tokens, rows, step.max_pages)  # rows >= sequences
         return pack_batch(step, bucket, self.page_size, kvp=self.kvp, group_tokens=self.group_tokens)
 
     def tick(self, step: StepInput | None):
@@ -325,8 +337,8 @@ class Executor:
 
     def launch_arrays(self, arrays: dict[str, np.ndarray]) -> tuple[jax.Array, ...]:
         """Start one compiled tick on a `TickPlan.arrays` dict; the only place the step runs.
-        Returns its (tokens i32[max_seqs], logprobs f32[S], top ids i32[S, K], top logprobs
-        f32[S, K]) on the device, not waited for."""
+        Returns its (tokens i32[kvp*max_seqs], logprobs f32[kvp*S], top ids i32[kvp*S, K], top
+        logprobs f32[kvp*S, K]) on the device in the step's row order, not waited for."""
         exe = self._compile(bucket_of(arrays))
         put = self._global if self._multiprocess else (lambda a, f: a)
         inp = ModelInputs(**{f: put(arrays[f], f) for f in MODEL_FIELDS})
@@ -334,7 +346,7 @@ class Executor:
         t0 = time.perf_counter()
         tokens, logprobs, top_ids, top_lps, self.kv_k, self.kv_v, self.acts = exe(self.params, self.kv_k, self.kv_v, self.acts,
                                                                 inp, samp, put(arrays["feed_index"], "feed_index"),
-                                                                self._prev_tokens)
+                                                                self._prev_tokens, put(arrays["out_rows"], "out_rows"))
         self._prev_tokens = tokens
         if self.timeline is not None:
             self.timeline.launched(t0, tokens)

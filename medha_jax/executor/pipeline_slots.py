@@ -5,7 +5,7 @@
       bucket = elementwise max of the live microbatches' buckets, or a compiled one holding it
                while the rest still compile (Executor.runnable); every row padded to it
       inputs = every ModelInputs field stacked over stages: row s -> stage s      [spp, ...]
-      sampling arrays of the microbatch at the last stage (it exits this tick)
+      sampling arrays and row order of the microbatch at the last stage (it exits this tick)
       feed_index of the microbatch at stage 0 (pending token ids read on the device)
   -> compiled tick -> PipelineSlots.commit(plan)
 
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from medha_jax.executor.buckets import Bucket
-from medha_jax.executor.packing import MODEL_FIELDS, SAMPLING_FIELDS, PackedBatch, empty, pad_to
+from medha_jax.executor.packing import EXIT_FIELDS, MODEL_FIELDS, PackedBatch, empty, pad_to
 from medha_jax.step_input import StepInput
 
 
@@ -44,8 +44,9 @@ class Microbatch:
 class TickPlan:
     bucket: Bucket
     arrays: dict[str, np.ndarray]
-    """Every ModelInputs field stacked over stages ([spp, ...]) and the exiting microbatch's
-    sampling arrays ([S]): the whole host input of one tick (what a multi-host leader sends)."""
+    """Every ModelInputs field stacked over stages ([spp, kvp, ...]) and the exiting microbatch's
+    sampling arrays ([kvp, S]) and row order: the whole host input of one tick (what a
+    multi-host leader sends)."""
     stages: list[Microbatch | None]
     """stages[s]: the microbatch stage s runs in this tick."""
 
@@ -75,7 +76,7 @@ class PipelineSlots:
         bucket = Bucket(T, S, P) if runnable is None else runnable(Bucket(T, S, P))
         rows = [pad_to(m.packed, bucket) if m is not None else _empty(bucket, self.kvp) for m in stages]
         arrays = {f: np.stack([getattr(r, f) for r in rows]) for f in MODEL_FIELDS}
-        arrays.update({f: getattr(rows[-1], f) for f in SAMPLING_FIELDS})
+        arrays.update({f: getattr(rows[-1], f) for f in EXIT_FIELDS})
         arrays["feed_index"] = rows[0].feed_index  # only stage 0 embeds token ids
         return TickPlan(bucket, arrays, stages)
 
@@ -93,5 +94,5 @@ def _empty(bucket: Bucket, kvp: int) -> PackedBatch:
 
 def bucket_of(arrays: dict[str, np.ndarray]) -> Bucket:
     """The bucket of a tick's arrays (what a multi-host follower receives)."""
-    _, _, S, P = arrays["page_table"].shape
-    return Bucket(arrays["token_ids"].shape[1], S, P)
+    *_, S, P = arrays["page_table"].shape  # [spp, kvp, kvp, S, P]
+    return Bucket(arrays["token_ids"].shape[-1], S, P)

@@ -4,14 +4,22 @@ Data flow of `forward` (shapes per device; T tokens, S sequences, D width, H/tp 
 K = KVHr/tp kv heads, Dh head width, F/tp MLP columns, V/tp vocab rows):
 
     token_ids -> vocab-parallel embedding lookup, psum(tp)            x: [T, D]
+Each kvp group runs its own batch of T tokens (`model.inputs`); x is that group's.
+
+    token_ids -> vocab-parallel embedding lookup, psum(tp)            x: [T, D]
     per local layer (lax.scan over the [L/spp, ...] stack):
         RMSNorm -> q [T, H/tp, Dh], k/v [T, K, Dh] -> RoPE(q, k)
-        -> write k/v at this kvp group's slot_mapping into this layer's pages (slot -1 dropped)
-        -> attention_fn over the group's pages -> (o, lse); kvp > 1: all_gather(kvp) and
-           log-sum-exp merge, so every group holds the full attention output
+        kvp == 1: write k/v at slot_mapping into this layer's pages (slot -1 dropped)
+                  -> attention_fn over the pages -> o [T, H/tp, Dh]
+        kvp > 1:  all_gather(kvp) q/k/v -> [kvp, T, ...] every group's tokens
+                  -> write the k/v this group holds (slot_mapping[j] for source group j)
+                  -> per source group j: attention_fn of its queries over this group's pages
+                     -> (o, lse) [kvp, T, ...] -> all_to_all(kvp): each group gets its own
+                     tokens' partials from every group -> log-sum-exp merge -> o [T, H/tp, Dh]
         -> wo, psum(tp) -> residual
         -> RMSNorm -> SwiGLU gate/up [T, F/tp] -> down, psum(tp) -> residual
     rows logits_indices -> final RMSNorm -> lm_head [S, V/tp] -> all_gather(tp) -> [S, V] f32
+        (this group's rows)
 
 The pieces (`embed`, `run_layers`, `final_logits`, `next_stage`) are shared by `forward` (one
 batch through all stages in turn) and the pipeline tick of `medha_jax.model.pipeline_step`.
@@ -57,32 +65,44 @@ def embed_lookup(embed: jnp.ndarray, token_ids: jnp.ndarray) -> jnp.ndarray:
 
 
 def local_inputs(inp: ModelInputs, stacked: bool) -> ModelInputs:
-    """This device's block of the step inputs with the mesh dims dropped: group fields lose
-    their kvp dim (and the stage dim when `stacked`), shared fields the stage dim."""
-    lead = 1 if stacked else 0
-    drop = lambda a, n: a.reshape(a.shape[n:])  # noqa: E731
-    return ModelInputs(
-        token_ids=drop(inp.token_ids, lead), positions=drop(inp.positions, lead),
-        slot_mapping=drop(inp.slot_mapping, lead + 1), cu_q_lens=drop(inp.cu_q_lens, lead),
-        q_offsets=drop(inp.q_offsets, lead + 1), kv_lens=drop(inp.kv_lens, lead + 1),
-        page_table=drop(inp.page_table, lead + 1), logits_indices=drop(inp.logits_indices, lead),
-    )
+    """This device's block of the step inputs with the mesh dims dropped: every field loses its
+    kvp group dim (and the stage dim when `stacked`)."""
+    n = 2 if stacked else 1
+    return jax.tree.map(lambda a: a.reshape(a.shape[n:]), inp)
 
 
-def _attention(attention_fn: AttentionFn, q, k_pages, v_pages, inp: ModelInputs, scale: float, kv_scales):
-    """Paged attention over this group's pages, merged over the kvp groups by log-sum-exp.
+def _attend(attention_fn: AttentionFn, q, k, v, kv_k, kv_v, layer, inp: ModelInputs, scale: float):
+    """Write this step's K/V and attend: (o [T, H/tp, Dh], kv_k, kv_v).
 
-    Every group attends all query tokens to its local pages (a group holding none of a
-    sequence's keys returns lse -inf for it); all_gather over kvp moves [kvp, T, H/tp, Dh]
-    partial outputs (proportional to query tokens, never to KV length) and every group merges
-    them, so activations stay identical over kvp."""
-    out, lse = attention_fn(q, k_pages, v_pages, inp.page_table, inp.cu_q_lens, inp.q_offsets, inp.kv_lens,
-                            scale=scale, **kv_scales)  # out: [T, H/tp, Dh]; lse: f32[T, H/tp]
+    kvp > 1: each group holds a share of some sequences' keys (a long one's earlier blocks live
+    on other groups than its owner). Every group all-gathers the query, key and value tokens of
+    every group's batch (proportional to tokens, never to KV length), writes the keys it holds,
+    attends every group's queries to its own pages (a sequence it holds nothing of has kv_len 0:
+    lse -inf), and all_to_all returns each group's partial outputs to the tokens' owners, which
+    merge them by log-sum-exp."""
     if lax.axis_size("kvp") == 1:
-        return out
-    outs = lax.all_gather(out, "kvp")  # outs: [kvp, T, H/tp, Dh]
-    lses = lax.all_gather(lse, "kvp")  # lses: f32[kvp, T, H/tp]
-    return merge_attention(outs, lses)[0]
+        kv_k = kv_cache.write(kv_k, layer, inp.slot_mapping[0], k, inp.cu_q_lens)
+        kv_v = kv_cache.write(kv_v, layer, inp.slot_mapping[0], v, inp.cu_q_lens)
+        # Attention reads one layer without slicing it out: slicing kv_k[layer] made XLA copy a whole
+        # layer of cache every layer of every step (step time grew with the cache size, not the batch).
+        k_pages, v_pages, table, kv_scales = kv_cache.layer_view(kv_k, kv_v, layer, inp.page_table[0])
+        out, _ = attention_fn(q, k_pages, v_pages, table, inp.cu_q_lens, inp.q_offsets[0], inp.kv_lens[0],
+                              scale=scale, **kv_scales)  # out: [T, H/tp, Dh]
+        return out, kv_k, kv_v
+    qs, ks, vs = (lax.all_gather(a, "kvp") for a in (q, k, v))  # qs: [kvp, T, H/tp, Dh]; ks, vs: [kvp, T, K, Dh]
+    cus = lax.all_gather(inp.cu_q_lens, "kvp")  # cus: i32[kvp, S+1]
+    groups = qs.shape[0]
+    for j in range(groups):
+        kv_k = kv_cache.write(kv_k, layer, inp.slot_mapping[j], ks[j], cus[j])
+        kv_v = kv_cache.write(kv_v, layer, inp.slot_mapping[j], vs[j], cus[j])
+    k_pages, v_pages, table, kv_scales = kv_cache.layer_view(kv_k, kv_v, layer, inp.page_table)
+    parts = [attention_fn(qs[j], k_pages, v_pages, table[j], cus[j], inp.q_offsets[j], inp.kv_lens[j],
+                          scale=scale, **kv_scales) for j in range(groups)]
+    outs = jnp.stack([o for o, _ in parts])  # outs: [kvp, T, H/tp, Dh], row j: group j's queries
+    lses = jnp.stack([lse for _, lse in parts])  # lses: f32[kvp, T, H/tp]
+    outs = lax.all_to_all(outs, "kvp", 0, 0, tiled=True)  # row i: group i's partials of this group's queries
+    lses = lax.all_to_all(lses, "kvp", 0, 0, tiled=True)
+    return merge_attention(outs, lses)[0], kv_k, kv_v
 
 
 def _layer(cfg: LlamaConfig, freq, inp: ModelInputs, attention_fn: AttentionFn, carry, xs):
@@ -94,13 +114,7 @@ def _layer(cfg: LlamaConfig, freq, inp: ModelInputs, attention_fn: AttentionFn, 
     v = jnp.einsum("td,dhk->thk", y, lp["wv"])  # v: [T, K, Dh]
     q = apply_rope(q, inp.positions, freq)
     k = apply_rope(k, inp.positions, freq)
-    kv_k = kv_cache.write(kv_k, layer, inp.slot_mapping, k, inp.cu_q_lens)
-    kv_v = kv_cache.write(kv_v, layer, inp.slot_mapping, v, inp.cu_q_lens)
-    # Attention reads one layer without slicing it out: slicing kv_k[layer] made XLA copy a whole
-    # layer of cache every layer of every step (step time grew with the cache size, not the batch).
-    k_pages, v_pages, table, kv_scales = kv_cache.layer_view(kv_k, kv_v, layer, inp.page_table)
-    attn = _attention(attention_fn, q, k_pages, v_pages, inp.replace(page_table=table), cfg.head_dim ** -0.5,
-                      kv_scales)  # [T, H/tp, Dh]
+    attn, kv_k, kv_v = _attend(attention_fn, q, k, v, kv_k, kv_v, layer, inp, cfg.head_dim ** -0.5)  # [T, H/tp, Dh]
     o = jnp.einsum("thk,hkd->td", attn.astype(x.dtype), lp["wo"])  # o: [T, D] partial sum
     x = x + lax.psum(o, "tp")
     y = rms_norm(x, lp["mlp_norm"], cfg.rms_norm_eps)
@@ -141,11 +155,12 @@ def next_stage(x: jnp.ndarray) -> jnp.ndarray:
 
 
 def forward(params, kv_k, kv_v, inp: ModelInputs, cfg: LlamaConfig, attention_fn: AttentionFn):
-    """Per-device forward of one batch through every stage. Returns (logits f32[S, vocab_size],
-    kv_k, kv_v) with the new K/V written; logits are replicated over the whole mesh.
+    """Per-device forward of one batch through every stage. Returns (logits f32[S, vocab_size]
+    of this kvp group's batch, kv_k, kv_v) with the new K/V written; logits are replicated over
+    spp and tp.
 
     params: per-device slices of the tree in `sharding.PARAM_AXES`; kv_k, kv_v: [L/spp, N/kvp,
-    page, K, Dh]; inp: this device's `ModelInputs` block (group fields [1, ...]: this kvp
+    page, K, Dh]; inp: this device's `ModelInputs` block (every field [1, ...]: this kvp
     group's); attention_fn: the paged-attention contract of `pallas_kernels.reference`.
 
     With spp > 1 the batch walks the stages one after another (round r: stage r runs; the

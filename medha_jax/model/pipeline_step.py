@@ -3,12 +3,14 @@
 One tick = every stage runs its layers on the microbatch in front of it, then activations move
 one stage on. Per device (stage s = axis_index("spp"), T tokens, D width):
 
-    inp row s (the microbatch fed s ticks ago; rows are stacked on the host, sharded over spp)
+    inp row s (the microbatch fed s ticks ago; rows are stacked on the host, sharded over spp;
+        each kvp group runs its own batch of it)
     x = embed(token_ids) on stage 0, else acts[:T] (what stage s-1 sent last tick)   x: [T, D]
-    x -> this stage's layers (K/V written at the group's slots, kvp attention merge)
+    x -> this stage's layers (K/V written where it lives, kvp attention exchange and merge)
     logits of row s -> sample with `samp` (the sampling arrays of the exiting microbatch: only
         the last stage's draw is kept, broadcast over spp by a masked psum of [S] ints)
-    acts[:T] <- ppermute(x, s -> s+1)                                  acts: [1, T_max, D] per stage
+        -> all_gather(kvp), reordered into the step's row order (`out_rows`)
+    acts[:T] <- ppermute(x, s -> s+1)                            acts: [1, 1, T_max, D] per device
 
 So the microbatch fed at tick t leaves the last stage at tick t + spp - 1 with its sampled
 tokens. Every stage computes logits (SPMD), but ticks are lockstep, so that costs the last
@@ -32,9 +34,11 @@ from medha_jax.model.inputs import ModelInputs
 from medha_jax.model.llama import AttentionFn, embed, final_logits, local_inputs, next_stage, run_layers
 
 
-def _tick(params, kv_k, kv_v, acts, inp: ModelInputs, samp, feed_index, prev_tokens, *, cfg: LlamaConfig,
+def _tick(params, kv_k, kv_v, acts, inp: ModelInputs, samp, feed_index, prev_tokens, out_rows, *, cfg: LlamaConfig,
           attention_fn: AttentionFn, sample_fn, max_seqs: int):
     inp = local_inputs(inp, stacked=True)
+    samp = jax.tree.map(lambda a: a[0], samp)  # this group's rows: [S]
+    feed_index = feed_index[0]  # feed_index: i32[T], this group's tokens
     spp = lax.axis_size("spp")
     # Pending token ids (asynchronous scheduling) come from the previous tick's samples, on the device.
     ids = jnp.where(feed_index >= 0, prev_tokens[jnp.maximum(feed_index, 0)], inp.token_ids)  # ids: i32[T]
@@ -43,7 +47,7 @@ def _tick(params, kv_k, kv_v, acts, inp: ModelInputs, samp, feed_index, prev_tok
     T = x.shape[0]
     if spp > 1:
         stage = lax.axis_index("spp")
-        x = jnp.where(stage == 0, x, acts[0, :T].astype(x.dtype))
+        x = jnp.where(stage == 0, x, acts[0, 0, :T].astype(x.dtype))
     x, kv_k, kv_v = run_layers(params, kv_k, kv_v, x, inp, cfg, attention_fn)
     # tok: i32[S]; logprob: f32[S]; top_ids: i32[S, K]; top_lps: f32[S, K]
     tok, logprob, top_ids, top_lps = sample_fn(final_logits(params, x, inp, cfg), samp)
@@ -51,24 +55,29 @@ def _tick(params, kv_k, kv_v, acts, inp: ModelInputs, samp, feed_index, prev_tok
         last = stage == spp - 1
         tok, top_ids = (lax.psum(jnp.where(last, a, 0), "spp") for a in (tok, top_ids))
         logprob, top_lps = (lax.psum(jnp.where(last, a, 0.0), "spp") for a in (logprob, top_lps))
-        acts = lax.dynamic_update_slice(acts, next_stage(x)[None].astype(acts.dtype), (0, 0, 0))
-    tok = jnp.pad(tok, (0, max_seqs - tok.shape[0]))  # tok: i32[max_seqs], whatever the bucket
+        acts = lax.dynamic_update_slice(acts, next_stage(x)[None, None].astype(acts.dtype), (0, 0, 0, 0))
+    # Every group's rows, in the step's row order (out_rows: i32[kvp*S] -> group*S + row), replicated.
+    tok, logprob, top_ids, top_lps = (lax.all_gather(a, "kvp", tiled=True)[out_rows]
+                                      for a in (tok, logprob, top_ids, top_lps))
+    R = max_seqs * lax.axis_size("kvp")
+    tok = jnp.pad(tok, (0, R - tok.shape[0]))  # tok: i32[kvp*max_seqs], whatever the bucket
     return tok, logprob, top_ids, top_lps, kv_k, kv_v, acts
 
 
 def make_step(cfg: LlamaConfig, mesh: Mesh, attention_fn: AttentionFn, sample_fn, max_seqs: int):
-    """`(params, kv_k, kv_v, acts, inp, samp, feed_index, prev_tokens)
-        -> (tokens i32[max_seqs], logprobs f32[S], top_ids i32[S, K], top_logprobs f32[S, K], kv_k, kv_v,
-        acts)`.
+    """`(params, kv_k, kv_v, acts, inp, samp, feed_index, prev_tokens, out_rows)
+        -> (tokens i32[kvp*max_seqs], logprobs f32[kvp*S], top_ids i32[kvp*S, K], top_logprobs
+        f32[kvp*S, K], kv_k, kv_v, acts)`.
 
     inp: `ModelInputs` with a leading [spp] stage dim on every field (row s = the microbatch at
-    stage s); samp: the sampling arrays of the microbatch at the last stage, replicated;
-    sample_fn(logits f32[S, V], samp) -> (tokens, logprobs, top ids, top logprobs). feed_index i32[T]: for the
-    microbatch entering stage 0, where >= 0 its token id is prev_tokens[feed_index]
-    (prev_tokens: the previous tick's `tokens`, so a sampled token feeds the next step without a
-    host round trip). tokens: the exiting microbatch's samples padded to max_seqs, the same shape
-    in every bucket. acts: `init_acts(...)` or None when spp == 1. Jittable; donate kv_k, kv_v
-    and acts.
+    stage s), then the kvp group dim; samp: the sampling arrays of the microbatch at the last
+    stage, [kvp, S] (group g's logits rows); sample_fn(logits f32[S, V], samp) -> (tokens,
+    logprobs, top ids, top logprobs). feed_index i32[kvp, T]: for the microbatch entering stage
+    0, where >= 0 its token id is prev_tokens[feed_index] (prev_tokens: the previous tick's
+    `tokens`, so a sampled token feeds the next step without a host round trip). out_rows
+    i32[kvp*S]: the exiting microbatch's rows in its step order, as group * S + row; the outputs
+    follow that order (replicated), tokens padded to kvp*max_seqs, the same shape in every
+    bucket. acts: `init_acts(...)` or None when spp == 1. Jittable; donate kv_k, kv_v and acts.
     """
     lay = sharding.layout(cfg, mesh)
     kv = sharding.KV_CACHE_SPEC
@@ -76,19 +85,20 @@ def make_step(cfg: LlamaConfig, mesh: Mesh, attention_fn: AttentionFn, sample_fn
                                    max_seqs=max_seqs)
     common = dict(mesh=mesh, check_vma=False)  # see make_forward: the kernels carry no vma types
     inputs = sharding.input_specs(stacked=True)
+    grouped = sharding.SAMPLING_SPEC
     if lay.spp == 1:
         mapped = jax.shard_map(
-            lambda p, k, v, i, s, f, t: per_device(p, k, v, None, i, s, f, t)[:6], **common,
-            in_specs=(sharding.param_specs(cfg), kv, kv, inputs, P(), P(), P()),
+            lambda p, k, v, i, s, f, t, o: per_device(p, k, v, None, i, s, f, t, o)[:6], **common,
+            in_specs=(sharding.param_specs(cfg), kv, kv, inputs, grouped, grouped, P(), P()),
             out_specs=(P(), P(), P(), P(), kv, kv))
 
-        def step(params, kv_k, kv_v, acts, inp, samp, feed_index, prev_tokens):
-            return (*mapped(params, kv_k, kv_v, inp, samp, feed_index, prev_tokens), None)
+        def step(params, kv_k, kv_v, acts, inp, samp, feed_index, prev_tokens, out_rows):
+            return (*mapped(params, kv_k, kv_v, inp, samp, feed_index, prev_tokens, out_rows), None)
 
         return step
     return jax.shard_map(
         per_device, **common,
-        in_specs=(sharding.param_specs(cfg), kv, kv, sharding.ACTS_SPEC, inputs, P(), P(), P()),
+        in_specs=(sharding.param_specs(cfg), kv, kv, sharding.ACTS_SPEC, inputs, grouped, grouped, P(), P()),
         out_specs=(P(), P(), P(), P(), kv, kv, sharding.ACTS_SPEC))
 
 
@@ -97,9 +107,10 @@ def acts_sharding(mesh: Mesh) -> NamedSharding:
 
 
 def init_acts(cfg: LlamaConfig, mesh: Mesh, max_tokens: int, dtype) -> jax.Array | None:
-    """Zero pipeline activations [spp, max_tokens, D] (row s on stage s); None when spp == 1."""
-    spp = sharding.layout(cfg, mesh).spp
-    if spp == 1:
+    """Zero pipeline activations [spp, kvp, max_tokens, D] (row s on stage s, each group's own);
+    None when spp == 1."""
+    lay = sharding.layout(cfg, mesh)
+    if lay.spp == 1:
         return None
-    shape = (spp, max_tokens, cfg.hidden_size)
+    shape = (lay.spp, lay.kvp, max_tokens, cfg.hidden_size)
     return jax.jit(lambda: jnp.zeros(shape, dtype), out_shardings=acts_sharding(mesh))()

@@ -2,9 +2,9 @@
 
 Data flow: global params (sharded as in `sharding.PARAM_AXES`) + global KV cache
 [L, N, page, KVHr, Dh] sharded P("spp", "kvp", None, "tp", None) (fp8: values and scales alike,
-`kv_cache.QuantizedPages`) + `ModelInputs` (group fields
-sharded over kvp, the rest replicated) -> `jax.shard_map(llama.forward)` -> replicated logits
-f32[S, V] + the updated cache (same sharding). The returned function is jittable. It runs one
+`kv_cache.QuantizedPages`) + `ModelInputs` (one batch per kvp group, sharded over kvp) ->
+`jax.shard_map(llama.forward)` -> logits f32[kvp*S, V] (rows g*S..: group g's batch) + the updated
+cache (same sharding). The returned function is jittable. It runs one
 batch through every stage in turn; the serving path pipelines microbatches over the stages with
 `medha_jax.model.pipeline_step.make_step`.
 """
@@ -26,10 +26,11 @@ param_shardings = sharding.param_shardings
 
 
 def make_forward(cfg: LlamaConfig, mesh: Mesh, attention_fn: AttentionFn):
-    """`(params, kv_k, kv_v, inp) -> (logits f32[S, V], kv_k, kv_v)` over `mesh`.
+    """`(params, kv_k, kv_v, inp) -> (logits f32[kvp*S, V], kv_k, kv_v)` over `mesh`: row g*S + s
+    is sequence slot s of group g's batch (`model.inputs.place`; with one group, slot s).
 
-    inp: `ModelInputs` whose group fields have a leading kvp dim (`model.make_inputs(...,
-    kvp=...)`). Raises ValueError if cfg does not split over the mesh.
+    inp: `ModelInputs` with a leading kvp dim on every field (`model.make_inputs(..., kvp=...)`).
+    Raises ValueError if cfg does not split over the mesh.
     """
     sharding.layout(cfg, mesh)
     per_device = functools.partial(forward, cfg=cfg, attention_fn=attention_fn)
@@ -38,11 +39,11 @@ def make_forward(cfg: LlamaConfig, mesh: Mesh, attention_fn: AttentionFn):
         per_device,
         mesh=mesh,
         in_specs=(sharding.param_specs(cfg), kv, kv, sharding.input_specs(stacked=False)),
-        out_specs=(P(), kv, kv),
+        out_specs=(P("kvp"), kv, kv),
         # Attention kernels (Pallas calls, loops with freshly made carries) carry no
         # varying-manual-axes annotations, so the vma type check would reject them. The logits
-        # are replicated by construction: all_gather over tp, the kvp merge makes every group's
-        # activations equal, and a masked psum over spp broadcasts the last stage's.
+        # are replicated over tp and spp by construction: all_gather over tp, and a masked psum
+        # over spp broadcasts the last stage's.
         check_vma=False,
     )
 

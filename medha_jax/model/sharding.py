@@ -16,13 +16,13 @@ Why each choice:
   sliced off before they leave the model.
 - "pages" -> kvp: each kvp group has its own page pool. "page_slot" and "head_dim": replicated.
 - "embed" (the width D): replicated; activations [T, D] are replicated over tp.
-- Everything is replicated over kvp (each kvp group is a full model replica).
-- Step inputs (`INPUT_AXES`): "groups" -> kvp (each kvp group gets its own slot mapping,
-  q offsets, kv lengths and page table, for the pages it holds); "stage" -> spp (the pipeline
-  tick stacks one microbatch per stage, and stage s reads row s); token and sequence dims are
-  replicated.
-- Pipeline activations [spp, T, D] ("stage", "tokens", "embed"): row s lives on stage s.
-
+- Weights are replicated over kvp (each kvp group is a full model replica running its own batch).
+- Step inputs (`INPUT_AXES`): "groups" -> kvp (group g gets its own batch: tokens, sequences,
+  and for the KV it holds of every group's sequences, indexed by "src" group, slot mapping, q
+  offsets, kv lengths and page table); "stage" -> spp (the pipeline tick stacks one microbatch
+  per stage, and stage s reads row s); "src", token and sequence dims are replicated.
+- Pipeline activations [spp, kvp, T, D] ("stage", "groups", "tokens", "embed"): row s lives on
+  stage s, each group's own.
 KV-head replication: when tp > num_kv_heads (tp % num_kv_heads == 0) every kv head is copied
 tp/num_kv_heads times, so the params and the cache hold `Layout.kv_heads == tp` kv heads and
 each device owns exactly one, the one its query heads use. When num_kv_heads % tp == 0 the kv
@@ -51,6 +51,7 @@ LOGICAL_TO_MESH: dict[str, str | None] = {
     "pages": "kvp",
     "page_slot": None,
     "groups": "kvp",
+    "src": None,
     "stage": "spp",
     "tokens": None,
     "seqs": None,
@@ -79,16 +80,17 @@ KV_CACHE_AXES = ("layers", "pages", "page_slot", "kv_heads", "head_dim")  # [L, 
 
 # Logical dimensions of the `ModelInputs` fields of one microbatch (cu_q_lens has S+1 entries).
 INPUT_AXES: dict[str, tuple[str, ...]] = {
-    "token_ids": ("tokens",),  # [T]
-    "positions": ("tokens",),  # [T]
-    "slot_mapping": ("groups", "tokens"),  # [kvp, T]
-    "cu_q_lens": ("seqs",),  # [S+1]
-    "q_offsets": ("groups", "seqs"),  # [kvp, S]
-    "kv_lens": ("groups", "seqs"),  # [kvp, S]
-    "page_table": ("groups", "seqs", "table_cols"),  # [kvp, S, P]
-    "logits_indices": ("seqs",),  # [S]
+    "token_ids": ("groups", "tokens"),  # [kvp, T]
+    "positions": ("groups", "tokens"),  # [kvp, T]
+    "slot_mapping": ("groups", "src", "tokens"),  # [kvp, kvp, T]
+    "cu_q_lens": ("groups", "seqs"),  # [kvp, S+1]
+    "q_offsets": ("groups", "src", "seqs"),  # [kvp, kvp, S]
+    "kv_lens": ("groups", "src", "seqs"),  # [kvp, kvp, S]
+    "page_table": ("groups", "src", "seqs", "table_cols"),  # [kvp, kvp, S, P]
+    "logits_indices": ("groups", "seqs"),  # [kvp, S]
 }
-ACTS_AXES = ("stage", "tokens", "embed")  # pipeline activations [spp, T, D]
+ACTS_AXES = ("stage", "groups", "tokens", "embed")  # pipeline activations [spp, kvp, T, D]
+SAMPLING_AXES = ("groups", "seqs")  # per logits row of a group's batch [kvp, S] (also feed_index [kvp, T])
 
 
 def spec(axes: tuple[str, ...]) -> P:
@@ -97,7 +99,8 @@ def spec(axes: tuple[str, ...]) -> P:
 
 
 KV_CACHE_SPEC = spec(KV_CACHE_AXES)  # P("spp", "kvp", None, "tp", None)
-ACTS_SPEC = spec(ACTS_AXES)  # P("spp", None, None)
+ACTS_SPEC = spec(ACTS_AXES)  # P("spp", "kvp", None, None)
+SAMPLING_SPEC = spec(SAMPLING_AXES)  # P("kvp", None)
 
 
 def input_specs(stacked: bool):

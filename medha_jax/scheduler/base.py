@@ -112,11 +112,12 @@ class Scheduler:
         self.records = IterationLog(config.max_records)
         self.num_preemptions = 0
         self._tpot_targets: dict[float, int] = {}  # live per-request TPOT targets -> how many
-        groups = kv_manager.kvp if kv_manager.per_group_batches else 1
-        self.max_num_seqs = config.max_num_seqs * groups
-        """Most sequences in one iteration: max_num_seqs per batch, and when the kvp groups run
-        their own batches one batch per group (a cap over all of them: placement balances them)."""
-        self.max_num_batched_tokens = config.max_num_batched_tokens * groups
+        self.groups = kv_manager.kvp if kv_manager.per_group_batches else 1
+        """Batches that run in one iteration: one per kvp group when the groups run their own."""
+        self.max_num_seqs = config.max_num_seqs * self.groups
+        """Most sequences in one iteration: max_num_seqs per batch, one batch per group (each
+        group's batch is held to max_num_seqs on its own: `room`)."""
+        self.max_num_batched_tokens = config.max_num_batched_tokens * self.groups
         """Most tokens in one iteration (max_num_batched_tokens per batch, as max_num_seqs)."""
 
     # ---- requests in and out ---------------------------------------------------------------
@@ -222,7 +223,7 @@ class Scheduler:
 
     # ---- one iteration -----------------------------------------------------------------------
     def schedule(self, now: float) -> ScheduledBatch:
-        batch = ScheduledBatch()
+        batch = ScheduledBatch(group_rows=[0] * self.groups, group_tokens=[0] * self.groups)
         self._schedule_decodes(batch, now)
         n_decodes = len(batch.seqs)
         self.packer.pack_prefills(self, batch, now)
@@ -385,12 +386,37 @@ class Scheduler:
         (`SamplingParams.prompt_logprobs`) and positions before the prompt's last are left."""
         return req.sampling_params.prompt_logprobs is not None and req.num_computed_tokens < req.prompt_len - 1
 
-    def rows_for(self, req: Request, n: int, batch: ScheduledBatch) -> int:
-        """Packers: the tokens of a chunk of `n` that fit the batch's logits rows (max_num_seqs):
-        n, or for a prompt being scored (one row per token) the rows left, possibly 0."""
+    def rows_for(self, req: Request, n: int, batch: ScheduledBatch, group: int = 0) -> int:
+        """Packers: the tokens of a chunk of `n` that fit its batch's logits rows (max_num_seqs;
+        `group`: the batch that runs it, `run_group`): n, or for a prompt being scored (one row
+        per token) the rows left, possibly 0."""
         if not self.scores_prompt(req):
             return n
-        return max(0, min(n, self.max_num_seqs - batch.num_rows))
+        return max(0, min(n, self.config.max_num_seqs - batch.group_rows[group]))
+
+    def run_group(self, req: Request, start: int, first_group: int | None = None) -> int:
+        """The batch that runs `req`'s tokens from position `start`: with per-group batches the
+        kvp group holding that position (`kvp_layout`; its chunks never cross a block, `room`),
+        else 0. first_group: where it is placed (None: where the KV manager placed it)."""
+        if self.groups == 1:
+            return 0
+        h = self.kv.first_groups.get(req.request_id, 0) if first_group is None else first_group
+        return (h + start // self.kv.max_tokens_per_kvp_group) % self.groups
+
+    def all_full(self, batch: ScheduledBatch) -> bool:
+        """No batch of the iteration (one per kvp group with per-group batches) takes another token."""
+        cap_t, cap_r = self.config.max_num_batched_tokens, self.config.max_num_seqs
+        return all(t >= cap_t or r >= cap_r for t, r in zip(batch.group_tokens, batch.group_rows))
+
+    def room(self, batch: ScheduledBatch, req: Request, group: int) -> tuple[int, int]:
+        """(tokens, rows) that `req`'s next chunk may add to batch `group`: what is left of
+        max_num_batched_tokens and max_num_seqs there. With per-group batches the tokens also stop
+        at the end of the kvp block holding its next position, so a chunk runs on one group."""
+        tokens = self.config.max_num_batched_tokens - batch.group_tokens[group]
+        if self.groups > 1:
+            M = self.kv.max_tokens_per_kvp_group
+            tokens = min(tokens, M - req.num_computed_tokens % M)
+        return tokens, self.config.max_num_seqs - batch.group_rows[group]
 
     def add_seq(self, batch: ScheduledBatch, req: Request, n: int, now: float) -> ScheduledSeq:
         """Put `n` tokens of `req` into the batch (pages must already be reserved)."""
@@ -407,6 +433,9 @@ class Scheduler:
                            self.kv.first_groups.get(req.request_id, 0))
         batch.seqs.append(seq)
         batch.num_rows += rows
+        g = self.run_group(req, start)
+        batch.group_rows[g] += rows
+        batch.group_tokens[g] += n
         self._in_flight.add(req)
         return seq
 
@@ -471,14 +500,17 @@ class Scheduler:
         only when a decode needs a new page, and binds the methods it calls per request to locals."""
         in_flight = self._in_flight
         partials = []
-        cap = self.max_num_seqs
+        cap = self.config.max_num_seqs  # per batch; with per-group batches, per kvp group
+        per_group = self.groups > 1
+        k, M = self.groups, self.kv.max_tokens_per_kvp_group
+        g_rows, g_tokens = batch.group_rows, batch.group_tokens
         seqs = batch.seqs
         running = self.running
         covered = self.kv.covered
         tables = self.kv.tables
         first_groups = self.kv.first_groups
         max_len = self.max_model_len
-        append, fly, seq = seqs.append, in_flight.add, ScheduledSeq
+        append, fly, new, seq = seqs.append, in_flight.add, tuple.__new__, ScheduledSeq
         n = len(seqs)
         for req in list(running):
             if req in in_flight:
@@ -493,15 +525,24 @@ class Scheduler:
                 continue
             if pending and at_length(req, max_len):
                 continue  # its pending token is its last, whatever its id: nothing more to compute
-            if n >= cap:
+            if per_group:
+                g = (first_groups[req.request_id] + done // M) % k  # the group holding position `done`
+                if g_rows[g] >= cap:
+                    continue
+            elif n >= cap:
                 continue
             if batch.preempted and req not in running:
                 continue  # preempted as a victim of an earlier decode
             rid = req.request_id
             if done >= covered.get(rid, 0) and not self.reserve(req, 1, batch, now):
                 continue  # position `done` needed a new page and got none: it preempted itself
-            append(seq(req, done, 1, tables[rid], True, 1, first_groups[rid]))
+            append(new(seq, (req, done, 1, tables[rid], True, 1, first_groups[rid])))
             fly(req)
             n += 1
+            if per_group:
+                g_rows[g] += 1
+                g_tokens[g] += 1
         batch.num_rows = n
+        if not per_group:
+            g_rows[0] = g_tokens[0] = n
         self.partials = partials

@@ -66,7 +66,6 @@ class TimeBudgetPacker:
             fair = t_pred + (t_target - t_pred) / max(busy, 1)
         # t_target inf: batch mode; the policy's margin is one token's time (a tick plus the pipeline fill)
         sched.policy.on_iteration(max(0.0, 1.0 - t_pred / t_target), sched.token_target)
-        tokens_left = sched.max_num_batched_tokens - len(batch.seqs)
         per_group = kv.per_group_batches
         prefills_on = [0] * kv.kvp  # prefill chunks per kvp group (per_group: each group's own budget)
         long_groups: set[int] = set()
@@ -77,7 +76,7 @@ class TimeBudgetPacker:
         examined = 0
         for req in sched.prefill_candidates(now):
             examined += 1
-            if (examined > cfg.max_prefill_candidates or tokens_left <= 0 or batch.num_rows >= sched.max_num_seqs
+            if (examined > cfg.max_prefill_candidates or sched.all_full(batch)
                     or (t_pred >= (t_target if n_prefills == 0 else multi_limit) if not per_group
                         else all(cost.group_time(g) >= (t_target if p == 0 else multi_limit)
                                  for g, p in enumerate(prefills_on)))):
@@ -94,8 +93,11 @@ class TimeBudgetPacker:
                                                        -kv.allocators[g].num_free))
                      if per_group else kv.first_group(req))
             t_here = t_pred
-            if per_group:  # the group its chunk runs on: is that group's batch full?
-                g_own = owner(1, processed, h, kv.max_tokens_per_kvp_group, kv.kvp)  # its next token's group
+            g_own = sched.run_group(req, processed, h) if per_group else 0  # the batch its chunk runs in
+            tokens_left, rows_left = sched.room(batch, req, g_own)
+            if tokens_left <= 0 or rows_left <= 0:
+                continue
+            if per_group:  # is that group's batch full?
                 t_here = cost.group_time(g_own)
                 if t_here >= (t_target if prefills_on[g_own] == 0 else multi_limit):
                     continue
@@ -117,7 +119,7 @@ class TimeBudgetPacker:
                 if batch.seqs:
                     continue
                 n = min(req.num_remaining_tokens, cfg.min_chunk, tokens_left)
-            n = sched.rows_for(req, n, batch)  # a prompt being scored: one logits row per token
+            n = sched.rows_for(req, n, batch, g_own)  # a prompt being scored: one logits row per token
             if n <= 0:
                 continue
             if not sched.reserve(req, n, batch, now, h if per_group else None):
@@ -127,9 +129,9 @@ class TimeBudgetPacker:
             sched.add_seq(batch, req, n, now)
             cost.add(n, processed, h)
             t_pred = cost.time()
-            tokens_left -= n
             n_prefills += 1
             prefills_on[owner(n, processed, h, kv.max_tokens_per_kvp_group, kv.kvp)] += 1
             if groups is not None:
                 long_groups.update(groups)
         batch.predicted_time = t_pred if batch.seqs else None
+

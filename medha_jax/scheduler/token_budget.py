@@ -10,6 +10,10 @@
       whole (nonchunked):  each prompt whole, in one iteration; the first always goes in, later
                            ones only while the batch stays within max_num_batched_tokens
 
+With per-group kvp batches (`Scheduler.groups` > 1) every budget is one group's: a request not
+placed yet goes to the group with the fewest tokens this iteration that has free pages, and its
+chunk stops at the end of the kvp block it is in (`Scheduler.room`).
+
 A waiting request that cannot get its pages stops admission (strict arrival order; it waits for
 memory rather than being overtaken); a running partial prefill that cannot get pages after
 preempting lower-priority partial prefills is skipped this iteration. Pure Python, no JAX.
@@ -29,37 +33,49 @@ class TokenBudgetPacker:
 
     def pack_prefills(self, sched, batch: ScheduledBatch, now: float) -> None:
         cfg = sched.config
-        budget = sched.max_num_batched_tokens
-        used = batch.num_tokens
+        kv = sched.kv
+        budget = cfg.max_num_batched_tokens  # per batch (per kvp group with per-group batches)
         first = True
         long_cap = cfg.long_prefill_token_threshold if self.chunked else 0
         longs = 0
         for req in sched.prefill_candidates(now):
-            if batch.num_rows >= sched.max_num_seqs:
+            if sched.all_full(batch):
                 break
             sched.offer_prefix(req)  # a waiting request's cached prefix is not recomputed
+            h = None
+            if sched.groups > 1:
+                h = kv.first_groups.get(req.request_id)
+                if h is None:  # not placed yet: the group with the fewest tokens that has free pages
+                    h = min(range(sched.groups),
+                            key=lambda g: (kv.allocators[g].num_free == 0, batch.group_tokens[g]))
+            g = sched.run_group(req, req.num_computed_tokens, h)
+            tokens_left, rows_left = sched.room(batch, req, g)
+            if rows_left <= 0:
+                continue
             remaining = req.num_remaining_tokens
             if self.chunked:
-                n = min(remaining, budget - used)
+                n = min(remaining, tokens_left)
                 if n <= 0:
-                    break
+                    continue
                 if long_cap and req.prompt_len > long_cap:
                     if longs >= cfg.max_long_partial_prefills:
                         continue
                     n = min(n, long_cap)
                     longs += 1
-                n = sched.rows_for(req, n, batch)  # a prompt being scored: one logits row per token
+                n = sched.rows_for(req, n, batch, g)  # a prompt being scored: one logits row per token
                 if n <= 0:
                     continue
             else:
                 n = remaining
-                if not first and used + n > budget:
-                    break
+                if not first and batch.group_tokens[g] + n > budget:
+                    if sched.groups == 1:
+                        break
+                    continue
             waiting = req in sched.waiting
-            if not sched.reserve(req, n, batch, now):
+            if not sched.reserve(req, n, batch, now, h):
                 if waiting:
                     break
                 continue
             sched.add_seq(batch, req, n, now)
-            used += n
             first = False
+

@@ -3,8 +3,9 @@
 Checkpoint -> sharded params (layers over spp, heads over tp) -> fcfs scheduler (chunked
 prefills, decodes in the same iterations) -> KV pages per kvp group with progressive onboarding
 (`max_tokens_per_kvp_group` small enough that the longest prompt spreads over every group while
-the short prompts stay on group 0) -> pipelined ticks (spp microbatches in flight) -> KVP
-attention merge -> sampler. All golden prompts (1 to 3000 tokens) run together, so short
+each short prompt stays on the group it was placed on) -> one batch per kvp group, pipelined
+ticks (spp microbatches in flight) -> KVP attention exchange (a long request's queries reach
+every group holding its keys) and merge -> sampler. All golden prompts (1 to 3000 tokens) run together, so short
 requests share iterations with the long one; then all of them again, from the prefix cache. Goldens: tools/make_golden.py (tiny-llama3 has 2
 layers; tiny-llama3-4l has 4, so spp=4 gets a layer per stage).
 """
@@ -33,6 +34,7 @@ def _model_dir(variant, tmp_path):
 @pytest.mark.parametrize("variant,mesh,group_tokens", [
     ("tiny-llama3", "spp=2", None),
     ("tiny-llama3", "kvp=2", 1536),
+    ("tiny-llama3", "kvp=4", 768),
     ("tiny-llama3", "tp=2,spp=2,kvp=2", 1536),
     ("tiny-llama3-4l", "spp=4,kvp=2", 1312),
 ])
@@ -45,10 +47,18 @@ def test_greedy_tokens_equal_transformers(variant, mesh, group_tokens, tmp_path)
     eng = llm.engine
     kvp = eng.kv_manager.kvp
     longest = max(len(p["token_ids"]) for p in golden["prompts"])
-    if kvp > 1:  # the long prompt needs every group; the others fit in group 0
+    if kvp > 1:  # the long prompt needs every group; the others fit in one
         assert eng.kv_manager.pages_for(longest) and len(eng.kv_manager.pages_for(longest)) == kvp
+    packed = []  # every step's host arrays: which group ran which tokens
+    pack = eng.executor.pack
+    eng.executor.pack = lambda step: packed.append(pack(step)) or packed[-1]
     sp = SamplingParams(max_tokens=golden["new_tokens"], temperature=0.0, ignore_eos=True)
     outs = llm.generate([p["token_ids"] for p in golden["prompts"]], sp)
+    if kvp > 1:
+        # the groups ran their own batches: some step had different requests' tokens on two groups
+        assert any((pb.cu_q_lens[:, -1] > 0).sum() >= 2 for pb in packed)
+        # and some step had a query whose keys every group held (the long prompt's attention merged)
+        assert any(((pb.kv_lens > 0).sum(axis=0) == kvp).any() for pb in packed)
     for p, out in zip(golden["prompts"], outs):
         assert out.token_ids == p["greedy"], f"prompt of {len(p['token_ids'])} tokens on {mesh}"
     # The same prompts again: their full pages come from the prefix cache (on every kvp group the

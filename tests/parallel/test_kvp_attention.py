@@ -1,14 +1,15 @@
-"""KVP attention is exact: each kvp group attends every query to its own pages (progressive
-layout from `pack_arrays`: negative q offsets where a chunk only reaches part-way into a group,
-kv_len 0 where a group holds nothing of a sequence), and the log-sum-exp merge of the groups
-equals attention over the whole, unsplit KV. For the XLA and Pallas (interpret mode) backends.
+"""KVP attention is exact: every group holding part of a sequence's KV attends that sequence's
+queries (from its owner group's batch) to its own pages (progressive layout from `pack_arrays`:
+negative q offsets where a chunk only reaches part-way into a group, kv_len 0 where a group
+holds nothing of a sequence), and the log-sum-exp merge of the groups' partials equals
+attention over the whole, unsplit KV. For the XLA and Pallas (interpret mode) backends.
 """
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from medha_jax.model.inputs import pack_arrays
+from medha_jax.model.inputs import pack_arrays, place
 from pallas_kernels.api import paged_attention
 from pallas_kernels.merge import merge_attention
 from pallas_kernels.reference import paged_attention_reference
@@ -54,14 +55,25 @@ def test_merged_groups_equal_unsplit_attention(backend):
              pack_arrays(specs, PAGE, tokens=64, num_seqs=4, pages=4, kvp=G, group_tokens=M).items()}
     unsplit = {k: jnp.asarray(v) for k, v in pack_arrays(whole_specs, PAGE, tokens=64, num_seqs=4, pages=12).items()}
     assert (split["q_offsets"] < 0).any() and (split["kv_lens"] == 0).any()
-    q = jnp.asarray(rng.standard_normal((64, H, DH)), jnp.float32)
-    parts = [paged_attention(q, jnp.asarray(k_split[g]), jnp.asarray(v_split[g]), split["page_table"][g],
-                             split["cu_q_lens"], split["q_offsets"][g], split["kv_lens"][g], scale=0.25,
-                             backend=backend) for g in range(G)]
-    out, lse = merge_attention(jnp.stack([o for o, _ in parts]), jnp.stack([lse for _, lse in parts]))
+    q = jnp.asarray(rng.standard_normal((64, H, DH)), jnp.float32)  # the unsplit batch's queries, in order
     ref_out, ref_lse = paged_attention_reference(
-        q, jnp.asarray(k_whole), jnp.asarray(v_whole), unsplit["page_table"][0], unsplit["cu_q_lens"],
-        unsplit["q_offsets"][0], unsplit["kv_lens"][0], scale=0.25)
-    n = sum(q for q, _ in SEQS)
-    np.testing.assert_allclose(np.asarray(out)[:n], np.asarray(ref_out)[:n], atol=2e-6)
-    np.testing.assert_allclose(np.asarray(lse)[:n], np.asarray(ref_lse)[:n], atol=2e-6)
+        q, jnp.asarray(k_whole), jnp.asarray(v_whole), unsplit["page_table"][0, 0], unsplit["cu_q_lens"][0],
+        unsplit["q_offsets"][0, 0], unsplit["kv_lens"][0, 0], scale=0.25)
+    owners = place(specs, G, M)
+    assert len({j for j, _ in owners}) > 1  # the sequences run on different groups
+    starts = np.cumsum([0] + [q for q, _ in SEQS])
+    for j in sorted({j for j, _ in owners}):  # group j's batch: its queries, every group's partials
+        cu = split["cu_q_lens"][j]
+        qj = jnp.zeros((64, H, DH), jnp.float32)
+        for s, (g, i) in enumerate(owners):
+            if g == j:
+                qj = qj.at[int(cu[i]):int(cu[i + 1])].set(q[starts[s]:starts[s + 1]])
+        parts = [paged_attention(qj, jnp.asarray(k_split[g]), jnp.asarray(v_split[g]), split["page_table"][g, j],
+                                 cu, split["q_offsets"][g, j], split["kv_lens"][g, j], scale=0.25, backend=backend)
+                 for g in range(G)]
+        out, lse = merge_attention(jnp.stack([o for o, _ in parts]), jnp.stack([lse for _, lse in parts]))
+        for s, (g, i) in enumerate(owners):
+            if g == j:
+                mine, ref = slice(int(cu[i]), int(cu[i + 1])), slice(starts[s], starts[s + 1])
+                np.testing.assert_allclose(np.asarray(out)[mine], np.asarray(ref_out)[ref], atol=2e-6)
+                np.testing.assert_allclose(np.asarray(lse)[mine], np.asarray(ref_lse)[ref], atol=2e-6)
