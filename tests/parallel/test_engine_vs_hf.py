@@ -5,8 +5,8 @@ prefills, decodes in the same iterations) -> KV pages per kvp group with progres
 (`max_tokens_per_kvp_group` small enough that the longest prompt spreads over every group while
 each short prompt stays on the group it was placed on) -> one batch per kvp group, pipelined
 ticks (spp microbatches in flight) -> KVP attention exchange (a long request's queries reach
-every group holding its keys) and merge -> sampler. All golden prompts (1 to 3000 tokens) run together, so short
-requests share iterations with the long one; then all of them again, from the prefix cache. Goldens: tools/make_golden.py (tiny-llama3 has 2
+every group holding its keys) and merge -> sampler. All golden prompts (1 to 3000 tokens, the
+short ones twice) run together, so short requests share iterations with the long one; then all of them again, from the prefix cache. Goldens: tools/make_golden.py (tiny-llama3 has 2
 layers; tiny-llama3-4l has 4, so spp=4 gets a layer per stage).
 """
 
@@ -18,6 +18,7 @@ import pytest
 
 from medha_jax import LLM, SamplingParams
 from medha_jax.mesh import mesh_size
+from medha_jax.model.inputs import place
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 
@@ -49,17 +50,24 @@ def test_greedy_tokens_equal_transformers(variant, mesh, group_tokens, tmp_path)
     longest = max(len(p["token_ids"]) for p in golden["prompts"])
     if kvp > 1:  # the long prompt needs every group; the others fit in one
         assert eng.kv_manager.pages_for(longest) and len(eng.kv_manager.pages_for(longest)) == kvp
-    packed = []  # every step's host arrays: which group ran which tokens
+    steps = []  # every step and its host arrays: which group ran which tokens
     pack = eng.executor.pack
-    eng.executor.pack = lambda step: packed.append(pack(step)) or packed[-1]
+    eng.executor.pack = lambda step: steps.append((step, pack(step))) or steps[-1][1]
     sp = SamplingParams(max_tokens=golden["new_tokens"], temperature=0.0, ignore_eos=True)
-    outs = llm.generate([p["token_ids"] for p in golden["prompts"]], sp)
+    # every short prompt twice (many shorts beside the long one, spread over the groups)
+    prompts = golden["prompts"] + [p for p in golden["prompts"] if len(p["token_ids"]) < longest]
+    outs = llm.generate([p["token_ids"] for p in prompts], sp)
     if kvp > 1:
-        # the groups ran their own batches: some step had different requests' tokens on two groups
-        assert any((pb.cu_q_lens[:, -1] > 0).sum() >= 2 for pb in packed)
+        long_id = next(o.request_id for p, o in zip(prompts, outs) if len(p["token_ids"]) == longest)
+        # the groups ran their own batches: in some step two groups each ran a short request
+        def short_groups(step):
+            on = place([(s.token_ids, s.start_pos, s.page_tables, s.first_group) for s in step.seqs], kvp,
+                       eng.kv_manager.max_tokens_per_kvp_group)
+            return {g for s, (g, _) in zip(step.seqs, on) if s.request_id != long_id}
+        assert any(len(short_groups(step)) >= 2 for step, _ in steps)
         # and some step had a query whose keys every group held (the long prompt's attention merged)
-        assert any(((pb.kv_lens > 0).sum(axis=0) == kvp).any() for pb in packed)
-    for p, out in zip(golden["prompts"], outs):
+        assert any(((pb.kv_lens > 0).sum(axis=0) == kvp).any() for _, pb in steps)
+    for p, out in zip(prompts, outs):
         assert out.token_ids == p["greedy"], f"prompt of {len(p['token_ids'])} tokens on {mesh}"
     # The same prompts again: their full pages come from the prefix cache (on every kvp group the
     # long prompt spans, and through the stage pipeline), and the tokens must not change.
