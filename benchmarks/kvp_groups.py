@@ -112,17 +112,18 @@ def render(report: dict) -> list[str]:
                              ("requests/s", lambda r: f(r["short_req_per_s"])),
                              ("output tokens/s", lambda r: f(r["out_tok_per_s"], 0)), tpot,
                              ("mean tick (ms)", lambda r: f(r["mean_tick_ms"]))]),
-        "", f"per_group / replicated: **{o[pg]['short_req_per_s'] / o[rep]['short_req_per_s']:.2f}x** requests/s, "
-        f"{o[pg]['out_tok_per_s'] / o[rep]['out_tok_per_s']:.2f}x output tokens/s.", "",
+        "", f"per_group / replicated: **{o[pg]['short_req_per_s'] / o[rep]['short_req_per_s']:.3f}x** requests/s, "
+        f"{o[pg]['out_tok_per_s'] / o[rep]['out_tok_per_s']:.3f}x output tokens/s.", "",
         f"## The same batch plus one {LONG_TOKENS:,}-token request spanning all four groups", "",
         *table("design", ol, [("shorts done (s)", lambda r: f(r["short_done_s"])),
                               ("short requests/s", lambda r: f(r["short_req_per_s"])),
                               ("long TTFT (s)", lambda r: f(r["long_ttft_s"])),
                               ("blocks the long request spans", lambda r: str(r["long_blocks"])), tpot]),
-        "", f"per_group / replicated: **{ol[pg]['short_req_per_s'] / ol[rep]['short_req_per_s']:.2f}x** short "
+        "", f"per_group / replicated: **{ol[pg]['short_req_per_s'] / ol[rep]['short_req_per_s']:.3f}x** short "
         f"requests/s.", "", "## Open loop: 200 QPS of shorts for 60 s (above both designs' capacity)", "",
         *table("design", op, [("completed/s", lambda r: f(r["completed_per_s"])), misses, tpot]),
-        "", f"per_group / replicated: **{op[pg]['completed_per_s'] / op[rep]['completed_per_s']:.2f}x** completed/s.",
+        "", f"per_group / replicated: **{op[pg]['completed_per_s'] / op[rep]['completed_per_s']:.3f}x** completed/s "
+        "(three decimals: a ratio just under 3 must not round up to the target).",
         "", "## SPP = 2: TPOT against a 50 ms target (llama3-8b-a100x16-tp8-spp2, 5% long, 1 QPS, 120 s)", "",
         *table("policy", report["spp2"], [tpot, ("largest gap between two tokens (ms)", lambda r: ms(r["max_gap"])),
                                           misses]),

@@ -74,9 +74,10 @@ class TimeBudgetPacker:
         policy = sched.policy
         waiting = sched.waiting
         examined = 0
+        full = sched.all_full(batch)  # no batch takes another token (updated as chunks go in)
         for req in sched.prefill_candidates(now):
             examined += 1
-            if (examined > cfg.max_prefill_candidates or sched.all_full(batch)
+            if (examined > cfg.max_prefill_candidates or full
                     or (t_pred >= (t_target if n_prefills == 0 else multi_limit) if not per_group
                         else all(cost.group_time(g) >= (t_target if p == 0 else multi_limit)
                                  for g, p in enumerate(prefills_on)))):
@@ -94,9 +95,6 @@ class TimeBudgetPacker:
                      if per_group else kv.first_group(req))
             t_here = t_pred
             g_own = sched.run_group(req, processed, h) if per_group else 0  # the batch its chunk runs in
-            tokens_left, rows_left = sched.room(batch, req, g_own)
-            if tokens_left <= 0 or rows_left <= 0:
-                continue
             if per_group:  # is that group's batch full?
                 t_here = cost.group_time(g_own)
                 if t_here >= (t_target if prefills_on[g_own] == 0 else multi_limit):
@@ -113,6 +111,9 @@ class TimeBudgetPacker:
                 budget = min(budget, max(fair, t_pred))
             if budget <= t_here:
                 continue
+            tokens_left, rows_left = sched.room(batch, req, g_own)
+            if tokens_left <= 0 or rows_left <= 0:
+                continue
             n, _ = largest_chunk(lambda q: cost.time_with(q, processed, h), req.num_remaining_tokens, budget,
                                  limit=tokens_left, **chunk_kw)
             if n == 0:
@@ -127,6 +128,7 @@ class TimeBudgetPacker:
                     admit_waiting = False
                 continue
             sched.add_seq(batch, req, n, now)
+            full = sched.all_full(batch)
             cost.add(n, processed, h)
             t_pred = cost.time()
             n_prefills += 1

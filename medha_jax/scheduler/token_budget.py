@@ -38,8 +38,9 @@ class TokenBudgetPacker:
         first = True
         long_cap = cfg.long_prefill_token_threshold if self.chunked else 0
         longs = 0
+        full = sched.all_full(batch)  # no batch takes another token (updated as chunks go in)
         for req in sched.prefill_candidates(now):
-            if sched.all_full(batch):
+            if full:
                 break
             sched.offer_prefix(req)  # a waiting request's cached prefix is not recomputed
             h = None
@@ -77,5 +78,6 @@ class TokenBudgetPacker:
                     break
                 continue
             sched.add_seq(batch, req, n, now)
+            full = sched.all_full(batch)
             first = False
 

@@ -160,7 +160,6 @@ def test_a_failed_iteration_fails_only_its_requests_and_the_engine_recovers(llm)
     """Fault injection: the compiled step raises after its donated KV cache was consumed."""
     eng = llm.engine
     ref = llm.generate([[11, 12, 13]], _greedy(8))[0].token_ids
-    real_launch = eng.executor.launch
 
     def failing_launch(step):
         eng.executor.kv_k.delete()  # what a step that died on the device leaves behind

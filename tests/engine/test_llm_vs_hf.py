@@ -32,8 +32,11 @@ def _model_dir(variant, spelling, tmp_path):
 
 
 def _llm(model_dir, tp, max_model_len=4096, **kw):
-    return LLM(model=model_dir, scheduler="fcfs", mesh=f"tp={tp}", num_devices=tp, dtype="float32", max_model_len=max_model_len,
-               num_pages=512, max_num_batched_tokens=256, max_num_seqs=8, warmup=False, **kw)
+    # one token and one sequence bucket (page-table widths still vary): fewer programs to compile
+    args = dict(model=model_dir, scheduler="fcfs", mesh=f"tp={tp}", num_devices=tp, dtype="float32",
+                max_model_len=max_model_len, num_pages=512, max_num_batched_tokens=256, max_num_seqs=8,
+                min_token_bucket=256, min_seq_bucket=8, warmup=False)
+    return LLM(**{**args, **kw})
 
 
 @pytest.mark.parametrize("variant,spelling,tp", [
@@ -95,8 +98,8 @@ def test_exhausted_kv_swaps_to_host_and_still_equals_transformers(swap_space_gb)
     golden = _golden("tiny-llama3")
     golden["prompts"] = [golden["prompts"][i] for i in (4, 5, 0, 1, 2, 3)]  # 1000, 3000, the short ones
     llm = LLM(model=str(DATA / "tiny-llama3"), scheduler="fcfs", mesh="tp=1", num_devices=1, dtype="float32",
-              max_model_len=4096, num_pages=190, max_num_batched_tokens=64, max_num_seqs=8, warmup=False,
-              swap_space_gb=swap_space_gb)
+              max_model_len=4096, num_pages=190, max_num_batched_tokens=64, max_num_seqs=8, min_token_bucket=64,
+              min_seq_bucket=8, warmup=False, swap_space_gb=swap_space_gb)
     prompts = [p["token_ids"] for p in golden["prompts"]]
     outs = llm.generate(prompts, SamplingParams(max_tokens=golden["new_tokens"], temperature=0.0, ignore_eos=True))
     assert [o.token_ids for o in outs] == [p["greedy"] for p in golden["prompts"]]
