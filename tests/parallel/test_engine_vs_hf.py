@@ -44,7 +44,8 @@ def test_greedy_tokens_equal_transformers(variant, mesh, group_tokens, tmp_path)
     llm = LLM(model=_model_dir(variant, tmp_path), scheduler="fcfs", mesh=mesh, num_devices=mesh_size(mesh),
               dtype="float32",
               max_model_len=4096, num_pages=256, max_tokens_per_kvp_group=group_tokens,
-              max_num_batched_tokens=256, max_num_seqs=8, min_page_bucket=32, warmup=False)
+              max_num_batched_tokens=256, max_num_seqs=8, min_token_bucket=256, min_seq_bucket=8,
+              min_page_bucket=32, warmup=False)
     eng = llm.engine
     kvp = eng.kv_manager.kvp
     longest = max(len(p["token_ids"]) for p in golden["prompts"])
