@@ -1,6 +1,7 @@
 """The engine with the Pallas kernels (interpret mode on the CPU) gives the same greedy tokens as
 the XLA backend and as Hugging Face, on prompts spanning many pages and in hybrid iterations
-where decodes of finished prompts share batches with prefill chunks of others."""
+where decodes of finished prompts share batches with prefill chunks of others, and on two kvp
+groups running their own batches."""
 
 import json
 from pathlib import Path
@@ -29,3 +30,17 @@ def test_pallas_backend_matches_xla_and_transformers():
     assert hybrid, "no iteration mixed prefill chunks with decodes"
     xla = LLM(model=MODEL, attention_backend="xla", **common)
     assert [o.token_ids for o in xla.generate(prompts, sp)] == got
+
+
+@pytest.mark.slow
+def test_pallas_backend_on_kvp_groups_matches_transformers():
+    """Two kvp groups of 160 positions: the 300-token prompt's keys end up on both, so its queries
+    go to the other group's Pallas call and come back as partials to merge; the short ones run on
+    whichever group they were placed on."""
+    cases = [p for p in GOLDEN["prompts"] if len(p["token_ids"]) <= 300]
+    sp = SamplingParams(max_tokens=GOLDEN["new_tokens"], temperature=0.0, ignore_eos=True)
+    llm = LLM(model=MODEL, attention_backend="pallas", scheduler="fcfs", mesh="kvp=2", num_devices=2,
+              max_model_len=1024, num_pages=128, page_size=16, max_tokens_per_kvp_group=160,
+              max_num_batched_tokens=128, max_num_seqs=8, min_token_bucket=128, min_seq_bucket=8, warmup=False)
+    assert max(len(p["token_ids"]) for p in cases) > 160
+    assert [o.token_ids for o in llm.generate([p["token_ids"] for p in cases], sp)] == [p["greedy"] for p in cases]
