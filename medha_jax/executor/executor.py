@@ -40,7 +40,7 @@ from medha_jax.executor.background_compile import BackgroundCompiler, bucket_cos
 from medha_jax.executor.buckets import Bucket, BucketLadders
 from medha_jax.executor.device_timeline import DeviceTimeline
 from medha_jax.executor.host_swap import HostSwap
-from medha_jax.executor.packing import MODEL_FIELDS, SAMPLING_FIELDS, PackedBatch, pack_batch
+from medha_jax.executor.packing import MODEL_FIELDS, SAMPLING_FIELDS, PackedBatch, pack_batch, specs
 from medha_jax.executor.pipeline_slots import Microbatch, PipelineSlots, TickPlan, bucket_of
 from medha_jax.executor.sampler import SamplingArrays, sample
 from medha_jax.model import sharding
@@ -276,17 +276,17 @@ class Executor:
         return self.pipe.is_empty
 
     def pack(self, step: StepInput) -> PackedBatch:
+        slots = place(specs(step), self.kvp, self.group_tokens)
         if self.kvp == 1:
             tokens, rows = step.num_tokens, step.num_rows
         else:  # a bucket is per group: the busiest group's batch decides it
             tokens, rows = [0] * self.kvp, [0] * self.kvp
-            specs = [(s.token_ids, s.start_pos, None, s.first_group) for s in step.seqs]
-            for s, (g, _) in zip(step.seqs, place(specs, self.kvp, self.group_tokens)):
+            for s, (g, _) in zip(step.seqs, slots):
                 tokens[g] += s.num_tokens
                 rows[g] += s.num_rows
             tokens, rows = max(tokens), max(rows)
         bucket = self.ladders.pick(tokens, rows, step.max_pages)  # rows >= sequences
-        return pack_batch(step, bucket, self.page_size, kvp=self.kvp, group_tokens=self.group_tokens)
+        return pack_batch(step, bucket, self.page_size, kvp=self.kvp, group_tokens=self.group_tokens, slots=slots)
 
     def tick(self, step: StepInput | None):
         """Feed `step` (None: nothing new) to stage 0 and advance the pipeline one tick.

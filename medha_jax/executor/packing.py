@@ -58,11 +58,19 @@ class PackedBatch:
     out_rows: np.ndarray  # i32[kvp*S]: the step's rows in order, as group * S + row (padding: 0)
 
 
+def specs(step: StepInput) -> list[tuple]:
+    """The step's sequences as `model.inputs.SeqSpec`s (what `place` and `pack_arrays` read)."""
+    return [(seq.token_ids, seq.start_pos, seq.page_tables, seq.first_group) for seq in step.seqs]
+
+
 def pack_batch(step: StepInput, bucket: Bucket, page_size: int, *, kvp: int = 1,
-               group_tokens: int | None = None) -> PackedBatch:
-    seqs = [(seq.token_ids, seq.start_pos, seq.page_tables, seq.first_group) for seq in step.seqs]
+               group_tokens: int | None = None, slots: list[tuple[int, int]] | None = None) -> PackedBatch:
+    """slots: `place(specs(step), kvp, group_tokens)` when the caller has it already."""
+    seqs = specs(step)
+    if slots is None:
+        slots = place(seqs, kvp, group_tokens)
     arrays = pack_arrays(seqs, page_size, tokens=bucket.tokens, num_seqs=bucket.seqs, pages=bucket.pages,
-                         kvp=kvp, group_tokens=group_tokens)
+                         kvp=kvp, group_tokens=group_tokens, slots=slots)
     S = bucket.seqs
     temperature = np.zeros((kvp, S), np.float32)
     top_k = np.zeros((kvp, S), np.int32)
@@ -76,7 +84,7 @@ def pack_batch(step: StepInput, bucket: Bucket, page_size: int, *, kvp: int = 1,
     cu = arrays["cu_q_lens"]
     rows_on = [0] * kvp  # logits rows of each group so far
     out = 0  # rows of the step so far
-    for seq, (g, i) in zip(step.seqs, place(seqs, kvp, group_tokens)):
+    for seq, (g, i) in zip(step.seqs, slots):
         end = cu[g, i + 1]
         n = seq.num_rows  # rows [row, row + n) of group g: the sequence's last n tokens (n = 1: its last)
         row = rows_on[g]

@@ -88,14 +88,16 @@ def place(seqs: Sequence[SeqSpec], kvp: int, group_tokens: int | None) -> list[t
 
 
 def pack_arrays(seqs: Sequence[SeqSpec], page_size: int, *, tokens: int, num_seqs: int, pages: int,
-                kvp: int = 1, group_tokens: int | None = None) -> dict[str, np.ndarray]:
+                kvp: int = 1, group_tokens: int | None = None,
+                slots: Sequence[tuple[int, int]] | None = None) -> dict[str, np.ndarray]:
     """Host arrays of `ModelInputs` for `seqs`, each group's batch padded to (tokens, num_seqs,
     pages). Each sequence's logits come from its last token; it runs on its owner group
-    (`place`). Raises ValueError when a group's batch does not fit the padding or a page table
-    cannot hold the positions.
+    (`place`; `slots`: its result when the caller has it already). Raises ValueError when a
+    group's batch does not fit the padding or a page table cannot hold the positions.
     """
     M = UNBOUNDED if group_tokens is None else group_tokens
-    slots = place(seqs, kvp, group_tokens)
+    if slots is None:
+        slots = place(seqs, kvp, group_tokens)
     n_tok, n_seq = [0] * kvp, [0] * kvp
     for (tok, *_), (g, _) in zip(seqs, slots):
         n_tok[g] += len(tok)

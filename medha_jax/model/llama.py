@@ -80,24 +80,22 @@ def _attend(attention_fn: AttentionFn, q, k, v, kv_k, kv_v, layer, inp: ModelInp
     attends every group's queries to its own pages (a sequence it holds nothing of has kv_len 0:
     lse -inf), and all_to_all returns each group's partial outputs to the tokens' owners, which
     merge them by log-sum-exp."""
-    if lax.axis_size("kvp") == 1:
-        kv_k = kv_cache.write(kv_k, layer, inp.slot_mapping[0], k, inp.cu_q_lens)
-        kv_v = kv_cache.write(kv_v, layer, inp.slot_mapping[0], v, inp.cu_q_lens)
-        # Attention reads one layer without slicing it out: slicing kv_k[layer] made XLA copy a whole
-        # layer of cache every layer of every step (step time grew with the cache size, not the batch).
-        k_pages, v_pages, table, kv_scales = kv_cache.layer_view(kv_k, kv_v, layer, inp.page_table[0])
-        out, _ = attention_fn(q, k_pages, v_pages, table, inp.cu_q_lens, inp.q_offsets[0], inp.kv_lens[0],
-                              scale=scale, **kv_scales)  # out: [T, H/tp, Dh]
-        return out, kv_k, kv_v
-    qs, ks, vs = (lax.all_gather(a, "kvp") for a in (q, k, v))  # qs: [kvp, T, H/tp, Dh]; ks, vs: [kvp, T, K, Dh]
-    cus = lax.all_gather(inp.cu_q_lens, "kvp")  # cus: i32[kvp, S+1]
-    groups = qs.shape[0]
+    groups = lax.axis_size("kvp")
+    if groups == 1:  # nothing to exchange: this group's own tokens are every token
+        qs, ks, vs, cus = q[None], k[None], v[None], inp.cu_q_lens[None]
+    else:
+        qs, ks, vs = (lax.all_gather(a, "kvp") for a in (q, k, v))  # qs: [kvp, T, H/tp, Dh]; ks, vs: [kvp, T, K, Dh]
+        cus = lax.all_gather(inp.cu_q_lens, "kvp")  # cus: i32[kvp, S+1]
     for j in range(groups):
         kv_k = kv_cache.write(kv_k, layer, inp.slot_mapping[j], ks[j], cus[j])
         kv_v = kv_cache.write(kv_v, layer, inp.slot_mapping[j], vs[j], cus[j])
+    # Attention reads one layer without slicing it out: slicing kv_k[layer] made XLA copy a whole
+    # layer of cache every layer of every step (step time grew with the cache size, not the batch).
     k_pages, v_pages, table, kv_scales = kv_cache.layer_view(kv_k, kv_v, layer, inp.page_table)
     parts = [attention_fn(qs[j], k_pages, v_pages, table[j], cus[j], inp.q_offsets[j], inp.kv_lens[j],
                           scale=scale, **kv_scales) for j in range(groups)]
+    if groups == 1:
+        return parts[0][0], kv_k, kv_v  # out: [T, H/tp, Dh]
     outs = jnp.stack([o for o, _ in parts])  # outs: [kvp, T, H/tp, Dh], row j: group j's queries
     lses = jnp.stack([lse for _, lse in parts])  # lses: f32[kvp, T, H/tp]
     outs = lax.all_to_all(outs, "kvp", 0, 0, tiled=True)  # row i: group i's partials of this group's queries

@@ -55,6 +55,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 from medha_jax.batch import ScheduledBatch, ScheduledSeq
 from medha_jax.kv_cache_manager import KVCacheManager
+from medha_jax.kvp_layout import owner
 from medha_jax.request import Request, RequestStatus
 from medha_jax.scheduler.config import SchedulerConfig
 from medha_jax.scheduler.kvp_cost import predict_pairs
@@ -113,12 +114,8 @@ class Scheduler:
         self.num_preemptions = 0
         self._tpot_targets: dict[float, int] = {}  # live per-request TPOT targets -> how many
         self.groups = kv_manager.kvp if kv_manager.per_group_batches else 1
-        """Batches that run in one iteration: one per kvp group when the groups run their own."""
-        self.max_num_seqs = config.max_num_seqs * self.groups
-        """Most sequences in one iteration: max_num_seqs per batch, one batch per group (each
-        group's batch is held to max_num_seqs on its own: `room`)."""
-        self.max_num_batched_tokens = config.max_num_batched_tokens * self.groups
-        """Most tokens in one iteration (max_num_batched_tokens per batch, as max_num_seqs)."""
+        """Batches that run in one iteration: one per kvp group when the groups run their own, each
+        held to max_num_seqs and max_num_batched_tokens on its own (`room`)."""
 
     # ---- requests in and out ---------------------------------------------------------------
     @property
@@ -401,7 +398,7 @@ class Scheduler:
         if self.groups == 1:
             return 0
         h = self.kv.first_groups.get(req.request_id, 0) if first_group is None else first_group
-        return (h + start // self.kv.max_tokens_per_kvp_group) % self.groups
+        return owner(1, start, h, self.kv.max_tokens_per_kvp_group, self.groups)
 
     def all_full(self, batch: ScheduledBatch) -> bool:
         """No batch of the iteration (one per kvp group with per-group batches) takes another token."""
@@ -526,7 +523,7 @@ class Scheduler:
             if pending and at_length(req, max_len):
                 continue  # its pending token is its last, whatever its id: nothing more to compute
             if per_group:
-                g = (first_groups[req.request_id] + done // M) % k  # the group holding position `done`
+                g = (first_groups[req.request_id] + done // M) % k  # the group holding `done` (kvp_layout.owner, inlined)
                 if g_rows[g] >= cap:
                     continue
             elif n >= cap:
