@@ -7,6 +7,8 @@ plus the multi-turn long-document row.
   python benchmarks/policy_study.py --quick --qps 0.75,1.25 --out DIR                  (other loads)
   python benchmarks/policy_study.py --conversations-only --workers 1   (the conversation row alone,
                                     -> benchmarks/results/policy_study_conversations/; ~25 min)
+  python benchmarks/policy_study.py --capacity-only [--per-class]   (each policy's capacity alone,
+                                    1800 s traces, -> benchmarks/results/policy_study_capacity[_per_class]/)
 
   (mix, qps, policy) grid --2 worker processes, each its own Experiment-->
       medha_jax.sim: generated workload (seed fixed) -> real Scheduler on a simulated clock
@@ -145,9 +147,9 @@ def conversation_section(rows: dict, duration: float) -> list[str]:
 
 
 def _capacity(task):
-    mix, policy, duration, hi = task
+    mix, policy, duration, hi, *per_class = task
     return mix, policy, capacity(_exp(), policy, WorkloadSpec(duration=duration, long_fraction=mix, seed=SEED),
-                                 lo=0.05, hi=hi, rel_tol=0.1)
+                                 lo=0.05, hi=hi, rel_tol=0.1, per_class=bool(per_class and per_class[0]))
 
 
 def _fmt(x, d=2):
@@ -189,6 +191,28 @@ def paper_comparison(res) -> str:
     return "\n".join(lines)
 
 
+def capacity_section(caps, policies, cap_duration, per_class: bool = False) -> list[str]:
+    """The capacity table: per policy and long mix, the highest QPS under 1% misses (per_class: in
+    every class on its own)."""
+    def cell(c):
+        txt = (">= " if c.get("bounded_above") else "") + _fmt(c["qps"])
+        at = c.get("at_capacity") or {}
+        lm = at.get("long")
+        return txt + (f" [{100 * lm:.0f}%]" if lm is not None and lm == lm else "")
+
+    what = ("in every class on its own (short and long requests each under 1%)" if per_class
+            else "over all requests")
+    lines = [f"## Capacity: highest QPS with < 1% TTFT deadline misses {what} "
+             f"({cap_duration:.0f} s traces, bisection to 10%, searched in [0.05, 2.5])", "",
+             "In brackets: the miss rate of long requests at that QPS (a policy can pass the 1% bar by "
+             "starving a class that is 1% of the traffic)." + ("" if per_class else
+             " `--capacity-only --per-class` asks every class to stay under 1% instead."), "",
+             "| policy | " + " | ".join(f"{m:.0%} long" for m in MIXES) + " |", "|---|" + "---|" * len(MIXES)]
+    for p in policies:
+        lines.append(f"| {p} | " + " | ".join(cell(caps[(m, p)]) for m in MIXES) + " |")
+    return lines
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="15-minute traces, two QPS points, no capacity search")
@@ -198,6 +222,11 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default=DEVICE, help="deployment preset (see python -m medha_jax.sim --help)")
     ap.add_argument("--conversations-only", action="store_true",
                     help="run only the multi-turn long-document row (default --out: results/policy_study_conversations)")
+    ap.add_argument("--capacity-only", action="store_true",
+                    help="run only the capacity search (default --out: results/policy_study_capacity)")
+    ap.add_argument("--per-class", action="store_true",
+                    help="with --capacity-only: every class under 1% misses, not only all requests together "
+                         "(default --out: results/policy_study_capacity_per_class)")
     ap.add_argument("--qps", default=None,
                     help="comma-separated QPS points (default: 0.25,0.75,1.25,1.75; with --quick 0.25,1.75)")
     args = ap.parse_args(argv)
@@ -230,6 +259,32 @@ def main(argv=None) -> int:
         to_json(os.path.join(out, "results.json"), {
             "device": exp.profile.describe(), "predictor": exp.predictor_info, "duration_s": duration,
             "workload": {**CONVERSATIONS, "seed": SEED}, "rows": rows})
+        print(f"wrote {out} in {total:.0f} s")
+        return 0
+    if args.capacity_only:
+        out = (OUT + ("_capacity_per_class" if args.per_class else "_capacity")) if args.out == OUT else args.out
+        os.makedirs(out, exist_ok=True)
+        t0 = time.perf_counter()
+        caps = {}
+        cap_tasks = [(mix, pol, cap_duration, 2.5, args.per_class) for mix in MIXES for pol in policies]
+        cap_tasks.sort(key=lambda t: -t[0])  # the long mixes (the slow searches) first
+        with ProcessPoolExecutor(args.workers, initializer=_init, initargs=(args.device, args.seed)) as pool:
+            for mix, pol, c in pool.map(_capacity, cap_tasks):
+                caps[(mix, pol)] = c
+                print(f"  capacity long {mix:.0%} {pol}: {c['qps']:.3f} QPS", flush=True)
+        total = time.perf_counter() - t0
+        exp = _exp()
+        flag = "--capacity-only" + (" --per-class" if args.per_class else "")
+        lines = [f"# Policy study, capacity (generated by `python benchmarks/policy_study.py {flag}`; "
+                 "do not edit by hand)", "", f"Code: {_code_version()}.", "",
+                 f"Device: modelled {exp.profile.name}, seed {args.seed}. Scheduler predictor: {exp.predictor_info}. "
+                 f"Time budget t_target = 50 ms. Whole run: {total:.0f} s wall with {args.workers} worker "
+                 f"process(es).", ""] + capacity_section(caps, policies, cap_duration, args.per_class)
+        with open(os.path.join(out, "report.md"), "w") as f:
+            f.write("\n".join(lines) + "\n")
+        to_json(os.path.join(out, "results.json"), {
+            "device": exp.profile.describe(), "predictor": exp.predictor_info, "seed": args.seed,
+            "per_class": args.per_class, "capacity": [{"long_fraction": m, "policy": p, **c} for (m, p), c in sorted(caps.items())]})
         print(f"wrote {out} in {total:.0f} s")
         return 0
     os.makedirs(args.out, exist_ok=True)
@@ -369,20 +424,7 @@ def _report(out, res, walls, iters, caps, loads, qps_list, policies, duration, c
             lines += ["", f"## {mix:.0%} long, {q} QPS", "",
                       markdown_table({p: res[(mix, q, p)] for p in policies})]
     if caps:
-        lines += ["", f"## Capacity: highest QPS with < 1% TTFT deadline misses over all requests "
-                      f"({cap_duration:.0f} s traces, bisection to 10%, searched in [0.05, 2.5])", "",
-                  "In brackets: the miss rate of long requests at that QPS (a policy can pass the 1% bar by "
-                  "starving a class that is 1% of the traffic).", "",
-                  "| policy | " + " | ".join(f"{m:.0%} long" for m in MIXES) + " |", "|---|" + "---|" * len(MIXES)]
-
-        def cell(c):
-            txt = (">= " if c.get("bounded_above") else "") + _fmt(c["qps"])
-            at = c.get("at_capacity") or {}
-            lm = at.get("long")
-            return txt + (f" [{100 * lm:.0f}%]" if lm is not None and lm == lm else "")
-
-        for p in policies:
-            lines.append(f"| {p} | " + " | ".join(cell(caps[(m, p)]) for m in MIXES) + " |")
+        lines += [""] + capacity_section(caps, policies, cap_duration)
     lines += [""] + conversation_section(conversations, duration)
     lines += ["", "## The paper's ratios next to ours", "", paper_comparison(res), "",
               "Why they differ: docs/simulator.md, section 'Policy study: where we differ from the paper'.", "",

@@ -7,8 +7,9 @@
 A probe passes when the miss rate over all requests whose deadline is decided at the horizon is
 below `max_miss` (1% by default). A policy that sacrifices a rare class (starving long requests
 that are 1% of the traffic) can pass that bar, so the per-class miss rates at the capacity point
-are returned too. Bisection assumes misses grow with load, which holds for every policy here; the
-probes are reported so a non-monotone case is visible. Pure Python.
+are returned too, and `per_class=True` asks more: every class (short, long; a class with nothing
+decided is not counted) below `max_miss` on its own. Bisection assumes misses grow with load,
+which holds for every policy here; the probes are reported so a non-monotone case is visible. Pure Python.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ def miss_rates(exp, policy: str, w: WorkloadSpec) -> dict:
 
 
 def capacity(exp, policy: str, workload: WorkloadSpec, *, lo: float = 0.05, hi: float = 4.0,
-             rel_tol: float = 0.05, max_miss: float = 0.01) -> dict:
+             rel_tol: float = 0.05, max_miss: float = 0.01, per_class: bool = False) -> dict:
     if not 0 < lo < hi:
         raise ValueError(f"need 0 < lo < hi, got lo={lo}, hi={hi}")
     probes, at = [], {}
@@ -34,7 +35,9 @@ def capacity(exp, policy: str, workload: WorkloadSpec, *, lo: float = 0.05, hi: 
         m = miss_rates(exp, policy, replace(workload, qps=q))
         probes.append((q, m["all"], m["short"], m["long"]))
         at[q] = m
-        return m["all"] == m["all"] and m["all"] < max_miss  # NaN (nothing decided) fails
+        if not (m["all"] == m["all"] and m["all"] < max_miss):  # NaN (nothing decided) fails
+            return False
+        return not per_class or all(not m[c] >= max_miss for c in ("short", "long"))  # NaN: nothing decided
 
     if ok(hi):
         return {"qps": hi, "at_capacity": at[hi], "probes": probes, "bounded_above": True}

@@ -27,3 +27,17 @@ def test_capacity_bounds():
     assert c["qps"] == 0.5 and c["bounded_above"]
     with pytest.raises(ValueError):
         capacity(exp, "medha", WorkloadSpec(duration=60), lo=1.0, hi=0.5)
+
+
+def test_per_class_capacity_does_not_let_a_policy_pass_by_starving_the_long_class():
+    # short-first preemption (pecsched) keeps the shorts' misses at zero by making long prompts wait:
+    # over all requests it passes the 1% bar at loads where it misses many long deadlines, so its
+    # per-class capacity (every class under 1% on its own) is lower
+    exp = Experiment(load_profile("linear:1e-5"))
+    w = WorkloadSpec(duration=60, long_fraction=0.05, long_min=32768, long_max=131072, seed=1)
+    overall = capacity(exp, "pecsched", w, lo=0.5, hi=4.0, rel_tol=0.5)
+    each = capacity(exp, "pecsched", w, lo=0.5, hi=4.0, rel_tol=0.5, per_class=True)
+    assert each["qps"] < overall["qps"]
+    assert all(each["at_capacity"][c] < 0.01 for c in ("all", "short", "long"))
+    starved = [(q, long) for q, a, _, long in overall["probes"] if a < 0.01 and long >= 0.01]
+    assert starved and all(q > each["qps"] for q, _ in starved)  # passing overall, failing per class
