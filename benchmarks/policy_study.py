@@ -50,6 +50,7 @@ QPS = (0.25, 0.75, 1.25, 1.75)
 CDF_POINTS = {(0.05, 0.25), (0.05, 0.75), (0.05, 1.75), (0.01, 0.75), (0.0, 1.75)}
 OVER_TIME = (0.05, 0.75)
 SEED = 0
+CAP_LO, CAP_HI = 0.05, 2.5  # the capacity search's QPS range
 CONVERSATIONS = dict(qps=0.75, long_fraction=0.0, conversation_rate=0.02, documents=40, turns=4.0, think=60.0)
 """The conversation row: 0.75 QPS of shorts, a conversation every 50 s on average over one of 40
 documents of 64K-512K tokens (more than the 8.8M-token KV pool holds, so documents get evicted),
@@ -147,9 +148,24 @@ def conversation_section(rows: dict, duration: float) -> list[str]:
 
 
 def _capacity(task):
-    mix, policy, duration, hi, *per_class = task
+    mix, policy, duration, per_class = task
     return mix, policy, capacity(_exp(), policy, WorkloadSpec(duration=duration, long_fraction=mix, seed=SEED),
-                                 lo=0.05, hi=hi, rel_tol=0.1, per_class=bool(per_class and per_class[0]))
+                                 lo=CAP_LO, hi=CAP_HI, rel_tol=0.1, per_class=per_class)
+
+
+def capacities(pool, policies, duration: float, per_class: bool = False) -> dict:
+    """(mix, policy) -> `capacity` result, for every long mix and policy (the long mixes, the slow
+    searches, first)."""
+    tasks = sorted(((mix, pol, duration, per_class) for mix in MIXES for pol in policies), key=lambda t: -t[0])
+    caps = {}
+    for mix, pol, c in pool.map(_capacity, tasks):
+        caps[(mix, pol)] = c
+        print(f"  capacity long {mix:.0%} {pol}: {c['qps']:.3f} QPS", flush=True)
+    return caps
+
+
+def capacity_json(caps: dict) -> list[dict]:
+    return [{"long_fraction": m, "policy": p, **c} for (m, p), c in sorted(caps.items())]
 
 
 def _fmt(x, d=2):
@@ -203,7 +219,7 @@ def capacity_section(caps, policies, cap_duration, per_class: bool = False) -> l
     what = ("in every class on its own (short and long requests each under 1%)" if per_class
             else "over all requests")
     lines = [f"## Capacity: highest QPS with < 1% TTFT deadline misses {what} "
-             f"({cap_duration:.0f} s traces, bisection to 10%, searched in [0.05, 2.5])", "",
+             f"({cap_duration:.0f} s traces, bisection to 10%, searched in [{CAP_LO}, {CAP_HI}])", "",
              "In brackets: the miss rate of long requests at that QPS (a policy can pass the 1% bar by "
              "starving a class that is 1% of the traffic)." + ("" if per_class else
              " `--capacity-only --per-class` asks every class to stay under 1% instead."), "",
@@ -265,13 +281,8 @@ def main(argv=None) -> int:
         out = (OUT + ("_capacity_per_class" if args.per_class else "_capacity")) if args.out == OUT else args.out
         os.makedirs(out, exist_ok=True)
         t0 = time.perf_counter()
-        caps = {}
-        cap_tasks = [(mix, pol, cap_duration, 2.5, args.per_class) for mix in MIXES for pol in policies]
-        cap_tasks.sort(key=lambda t: -t[0])  # the long mixes (the slow searches) first
         with ProcessPoolExecutor(args.workers, initializer=_init, initargs=(args.device, args.seed)) as pool:
-            for mix, pol, c in pool.map(_capacity, cap_tasks):
-                caps[(mix, pol)] = c
-                print(f"  capacity long {mix:.0%} {pol}: {c['qps']:.3f} QPS", flush=True)
+            caps = capacities(pool, policies, cap_duration, args.per_class)
         total = time.perf_counter() - t0
         exp = _exp()
         flag = "--capacity-only" + (" --per-class" if args.per_class else "")
@@ -284,7 +295,7 @@ def main(argv=None) -> int:
             f.write("\n".join(lines) + "\n")
         to_json(os.path.join(out, "results.json"), {
             "device": exp.profile.describe(), "predictor": exp.predictor_info, "seed": args.seed,
-            "per_class": args.per_class, "capacity": [{"long_fraction": m, "policy": p, **c} for (m, p), c in sorted(caps.items())]})
+            "per_class": args.per_class, "capacity": capacity_json(caps)})
         print(f"wrote {out} in {total:.0f} s")
         return 0
     os.makedirs(args.out, exist_ok=True)
@@ -300,12 +311,7 @@ def main(argv=None) -> int:
                 light[(mix, qps, pol)] = lt
             print(f"  long {mix:.0%} qps {qps} {pol}: {wall:.1f} s wall", flush=True)
         conversations = conversation_rows(pool, policies, duration)
-        caps = {}
-        if not args.quick:
-            cap_tasks = [(mix, pol, cap_duration, 2.5) for mix in MIXES for pol in policies]
-            for mix, pol, c in pool.map(_capacity, cap_tasks):
-                caps[(mix, pol)] = c
-                print(f"  capacity long {mix:.0%} {pol}: {c['qps']:.3f} QPS", flush=True)
+        caps = {} if args.quick else capacities(pool, policies, cap_duration)
     total = time.perf_counter() - t0
 
     exp = _exp()
@@ -319,7 +325,7 @@ def main(argv=None) -> int:
         "device": exp.profile.describe(), "predictor": exp.predictor_info, "duration_s": duration,
         "runs": [{"long_fraction": m, "qps": q, "policy": p, "summary": s, "wall_s": walls[(m, q, p)],
                   "iterations": iters[(m, q, p)]} for (m, q, p), s in sorted(res.items())],
-        "capacity": [{"long_fraction": m, "policy": p, **c} for (m, p), c in sorted(caps.items())],
+        "capacity": capacity_json(caps),
         "offered_prefill_load": [{"long_fraction": m, "qps": q, **v} for (m, q), v in sorted(loads.items())],
         "conversations": {"workload": {**CONVERSATIONS, "seed": SEED}, "rows": conversations},
     })

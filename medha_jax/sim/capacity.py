@@ -9,7 +9,8 @@ below `max_miss` (1% by default). A policy that sacrifices a rare class (starvin
 that are 1% of the traffic) can pass that bar, so the per-class miss rates at the capacity point
 are returned too, and `per_class=True` asks more: every class (short, long; a class with nothing
 decided is not counted) below `max_miss` on its own. Bisection assumes misses grow with load,
-which holds for every policy here; the probes are reported so a non-monotone case is visible. Pure Python.
+which holds for every policy here; the probes are reported so a non-monotone case is visible.
+Pure Python.
 """
 
 from __future__ import annotations
