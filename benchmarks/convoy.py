@@ -20,8 +20,9 @@
                  prompt. The default 0.1 keeps the engine about a third busy with short traffic alone
                  (decode iterations included; the JSON records the measured busy fraction), so the
                  long prompt's prefill saturates it
-  3. the runtime profile edf/lars use: `python -m medha_jax.profile --quick` (measured once, reused by
-     every configuration); TTFT deadlines = the engine's derived ones, max(1.5 * T_prefill(P),
+  3. the runtime profile edf/lars use: `python -m medha_jax.profile` (the full grid, ~30 s; measured
+     once, reused by every configuration; the quick third-of-the-grid profile predicted these
+     shapes 12% off, the full one 8.5%); TTFT deadlines = the engine's derived ones, max(1.5 * T_prefill(P),
      deadline_min) from that profile's prefill-time cache, sent as SLO hints to every configuration
   4. one seeded workload (short requests from t=0, the long one(s) arriving while they flow), run
      through gRPC against a fresh server per configuration: fcfs_nonchunked (convoy baseline), lars,
@@ -38,6 +39,7 @@ duration (seen: 16-29 s for the same prompt); fcfs_nonchunked and lars run back 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import glob
 import json
@@ -299,12 +301,12 @@ def ensure_profile(ns, flags: list[str], profile_dir: str, workdir: str) -> tupl
     if path is not None:
         log(f"runtime profile: reusing {path}")
         return path, 0.0
-    log("runtime profile: measuring one (python -m medha_jax.profile --quick), used by every edf/lars server")
+    log("runtime profile: measuring one (python -m medha_jax.profile), used by every edf/lars server")
     t0 = time.monotonic()
     env = dict(os.environ, PYTHONPATH=str(ROOT) + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else ""))
     env.setdefault("JAX_PLATFORMS", "cpu")
     with open(os.path.join(workdir, "profile.log"), "w") as logf:
-        r = subprocess.run([sys.executable, "-m", "medha_jax.profile", "--quick", "--repeats", "2", *flags],
+        r = subprocess.run([sys.executable, "-m", "medha_jax.profile", "--repeats", "3", *flags],
                            check=False, cwd=ROOT, env=env, stdout=logf, stderr=subprocess.STDOUT, timeout=1800)
     if r.returncode != 0:
         raise RuntimeError(f"profiling failed (exit {r.returncode}); see {workdir}/profile.log")
@@ -495,7 +497,7 @@ def main(argv=None) -> int:
         prof_path, prof_s = ensure_profile(ns, flags, profile_dir, workdir)
         deadline, pred = deadline_fn(prof_path, choice, ns)
         report["profile"] = {"path": prof_path, "measured_s": round(prof_s, 1), "coefficients": pred.coefficients,
-                             "fit": pred.fit_info, "load": load_snapshot()}
+                             "tiling": dataclasses.asdict(pred.tiling), "fit": pred.fit_info, "load": load_snapshot()}
         specs = make_workload(ns, choice, deadline)
         n_short = sum(s.kind == "short" for s in specs)
         long_d = [s.ttft_deadline_s for s in specs if s.kind == "long"]

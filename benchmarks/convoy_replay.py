@@ -30,6 +30,7 @@ from medha_jax.kv_cache_manager import KVCacheManager  # noqa: E402
 from medha_jax.request import Request  # noqa: E402
 from medha_jax.sampling_params import SamplingParams  # noqa: E402
 from medha_jax.scheduler import RuntimePredictor, SchedulerConfig, make_scheduler  # noqa: E402
+from medha_jax.scheduler.attention_tiling import Tiling  # noqa: E402
 from medha_jax.scheduler.replay import replay  # noqa: E402
 
 
@@ -39,9 +40,19 @@ def requests_of(workload: list[dict]) -> list[Request]:
                     ttft_deadline=w["ttft_deadline_s"]) for w in workload]
 
 
+def profile_predictor(profile: dict) -> RuntimePredictor:
+    """The predictor a convoy run used. Runs before profile version 3 stored no tiling: they ran
+    the default one, and their `tile_kv` coefficient counted the 32-query tiles too."""
+    coef = dict(profile["coefficients"])
+    if "tiling" not in profile:
+        coef["small_tile_kv"] = coef.get("tile_kv", 0.0)
+        return RuntimePredictor(coef)
+    return RuntimePredictor(coef, tiling=Tiling(**profile["tiling"]))
+
+
 def run(bench: dict, policy: str, factor: float, noise: float, seed: int) -> dict:
     st, choice = bench["settings"], bench["choice"]
-    pred = RuntimePredictor(bench["profile"]["coefficients"])
+    pred = profile_predictor(bench["profile"])
     cfg = SchedulerConfig(policy=policy, t_target=choice["t_target"], deadline_min=choice["deadline_min"],
                           max_num_batched_tokens=st["max_num_batched_tokens"], max_num_seqs=st["max_num_seqs"],
                           prefill_cache_dir=None)

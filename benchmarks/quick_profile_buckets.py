@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from medha_jax.executor.buckets import BucketLadders  # noqa: E402
 from medha_jax.runtime_profiler import composition_bucket, fit_with_holdout, in_few_buckets  # noqa: E402
 from medha_jax.scheduler import RuntimePredictor  # noqa: E402
+from medha_jax.scheduler.attention_tiling import Tiling  # noqa: E402
 from medha_jax.scheduler.records import Composition  # noqa: E402
 
 DEFAULT = Path(__file__).resolve().parent / "results" / "predictor_profile_demo_cpu.json"
@@ -38,20 +39,23 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     data = json.loads(args.profile.read_text())
     samples = [(Composition.from_json(c), t) for c, t in data["samples"]]
+    # the tiling it was measured with (profiles before version 3: the default engine shapes)
+    tiling = Tiling(**data["tiling"]) if "tiling" in data else Tiling.for_engine(args.page_size, 8, 4)
     ladders = BucketLadders.build(max_tokens=args.max_tokens, max_seqs=args.max_seqs, max_pages=args.max_pages)
     def bucket_of(c):
         return composition_bucket(ladders, args.page_size, c)
 
     print(f"{args.profile.name}: {len(samples)} samples in {len({bucket_of(c) for c, _ in samples})} buckets; "
-          f"all of them, 5-fold held-out MAPE {100 * fit_with_holdout(samples)[1]:.1f}%")
+          f"all of them, 5-fold held-out MAPE {100 * fit_with_holdout(samples, tiling=tiling)[1]:.1f}%")
     print("| buckets measured | samples | held-out MAPE in them | MAPE in the other buckets (samples) |")
     print("|---|---|---|---|")
     for n in (int(x) for x in args.buckets.split(",")):
         keep = {id(c) for c in in_few_buckets([c for c, _ in samples], bucket_of, n)}
         train = [s for s in samples if id(s[0]) in keep]
         test = [s for s in samples if id(s[0]) not in keep]
-        other = RuntimePredictor.fit(train).mape(test) if test else float("nan")
-        print(f"| {n} | {len(train)} | {100 * fit_with_holdout(train)[1]:.1f}% | {100 * other:.1f}% ({len(test)}) |")
+        other = RuntimePredictor.fit(train, tiling=tiling).mape(test) if test else float("nan")
+        print(f"| {n} | {len(train)} | {100 * fit_with_holdout(train, tiling=tiling)[1]:.1f}% | {100 * other:.1f}% "
+              f"({len(test)}) |")
     return 0
 
 

@@ -18,6 +18,7 @@ from medha_jax.cli_args import add_dataclass_args, dataclass_from_args
 from medha_jax.config import EngineConfig
 from medha_jax.runtime_profiler import composition_grid, fit_with_holdout, measure, profile_max_kv
 from medha_jax.scheduler import SchedulerConfig
+from medha_jax.scheduler.attention_tiling import Tiling
 from medha_jax.scheduler.predictor import profile_path
 
 
@@ -39,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
                              profile_max_kv(ex, parts.max_model_len), quick=ns.quick)
     samples = measure(ex, comps, vocab_size=parts.model_config.vocab_size, repeats=ns.repeats)
     key = profile_key_for(ecfg, parts.mesh)
-    predictor, held_out = fit_with_holdout(samples, key=key)
+    predictor, held_out = fit_with_holdout(samples, key=key, tiling=Tiling.for_executor(ex))
     predictor.fit_info["held_out_mape"] = held_out
     path = profile_path(os.path.expanduser(ecfg.profile_dir), key)
     predictor.save(path, samples)

@@ -6,8 +6,9 @@
     -> Executor.execute (the same compiled step that serves): one warm-up pass, then `repeats`
        shuffled rounds over every composition, median per composition (with a stream pipeline:
        steady-state ticks, every stage holding the composition)
-    -> samples [(Composition, seconds)] -> RuntimePredictor.fit; held-out MAPE by 5-fold
-       cross-validation -> profile JSON keyed by (model, mesh, dtype, device)
+    -> samples [(Composition, seconds)] -> RuntimePredictor.fit with the executor's attention
+       tiling (page size, smallest buckets); held-out MAPE by 5-fold cross-validation
+    -> profile JSON keyed by (model, mesh, dtype, device), holding the tiling it was measured with
 
 Only run on an executor that is not serving: it overwrites KV pages.
 """
@@ -20,6 +21,7 @@ import time
 from collections.abc import Iterable
 
 from medha_jax.scheduler import Composition, RuntimePredictor
+from medha_jax.scheduler.attention_tiling import DEFAULT_TILING, Tiling
 from medha_jax.scheduler.predictor import StaleProfileError
 from medha_jax.step_input import SeqInput, StepInput
 
@@ -149,9 +151,10 @@ def _tick_time(executor, batch) -> float:
     return t
 
 
-def fit_with_holdout(samples, *, folds: int = 5, seed: int = 0, key=None):
+def fit_with_holdout(samples, *, folds: int = 5, seed: int = 0, key=None, tiling: Tiling = DEFAULT_TILING):
     """k-fold cross-validation: every sample is predicted once by a fit that never saw it.
-    Returns (predictor refit on all samples, mean held-out MAPE over every sample)."""
+    Returns (predictor refit on all samples, mean held-out MAPE over every sample); `tiling`: the
+    attention loop shapes of the engine that measured them (`Tiling.for_executor`)."""
     rng = random.Random(seed)
     idx = list(range(len(samples)))
     rng.shuffle(idx)
@@ -160,8 +163,8 @@ def fit_with_holdout(samples, *, folds: int = 5, seed: int = 0, key=None):
     for k in range(folds):
         test = [samples[i] for i in idx[k::folds]]
         train = [samples[i] for j, i in enumerate(idx) if j % folds != k]
-        errs += RuntimePredictor.fit(train, key=key).mape(test) * len(test)
-    return RuntimePredictor.fit(samples, key=key), errs / len(samples)
+        errs += RuntimePredictor.fit(train, key=key, tiling=tiling).mape(test) * len(test)
+    return RuntimePredictor.fit(samples, key=key, tiling=tiling), errs / len(samples)
 
 
 QUICK_PROFILE_BUCKETS = 9
@@ -179,10 +182,11 @@ def get_predictor(engine_config, scheduler_config, executor, key, vocab_size: in
 
     log = logging.getLogger(__name__)
     path = profile_path(os.path.expanduser(engine_config.profile_dir), key)
+    tiling = Tiling.for_executor(executor)
     if os.path.exists(path):
         try:
-            return RuntimePredictor.load(path, expect=key)
-        except StaleProfileError as e:  # an older release's profile: its coefficients mean other work
+            return RuntimePredictor.load(path, expect=key, tiling=tiling)
+        except StaleProfileError as e:  # an older release's, or other engine shapes': its coefficients mean other work
             if not scheduler_config.uses_time_budget:
                 return None
             log.warning("%s; it will be measured again", e)
@@ -194,7 +198,7 @@ def get_predictor(engine_config, scheduler_config, executor, key, vocab_size: in
                              profile_max_kv(executor, max_model_len))
     comps = in_few_buckets(comps, lambda c: composition_bucket(ladders, executor.page_size, c), QUICK_PROFILE_BUCKETS)
     samples = measure(executor, comps, vocab_size=vocab_size, repeats=2)
-    predictor, held_out = fit_with_holdout(samples, key=key)
+    predictor, held_out = fit_with_holdout(samples, key=key, tiling=tiling)
     predictor.fit_info["held_out_mape"] = held_out
     predictor.fit_info["quick"] = True
     predictor.save(path, samples)

@@ -7,8 +7,12 @@
 Used by the time-budget packer (Algorithm 2) and the prefill-time cache (Algorithm 3), so both
 make the same choice. Candidates are the multiples of `chunk_granularity` from `min_chunk` up to
 min(max_chunk, limit), plus `limit` itself when it is the request's remainder (the last chunk is
-exact). Assumes time_of never decreases with n (the predictor's coefficients are >= 0). The search
-stops early at a candidate within `accept_within` of the budget. Pure Python.
+exact). Assumes time_of never decreases with n, except possibly where n reaches a multiple of
+`period` (the XLA attention runs a chunk's multiples of 128 tokens in wide tiles and the rest in
+narrow ones, so 128 tokens can cost less than 96): then the search first finds the largest
+multiple of `period` that fits (times of those grow with n), and the answer lies below the next
+one, where times grow again. The search stops early at a candidate within `accept_within` of the
+budget. Pure Python.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from collections.abc import Callable
 
 def largest_chunk(time_of: Callable[[int], float], remaining: int, budget: float, *, granularity: int,
                   min_chunk: int, max_chunk: int, accept_within: float, limit: int | None = None,
-                  ) -> tuple[int, float]:
+                  period: int = 0) -> tuple[int, float]:
     """Largest candidate n <= min(remaining, limit) with time_of(n) <= budget."""
     cap = remaining if limit is None else min(remaining, limit)
     if cap <= 0 or budget <= 0.0:
@@ -40,17 +44,38 @@ def largest_chunk(time_of: Callable[[int], float], remaining: int, budget: float
     if t <= budget:
         return n, t
     floor = budget * (1.0 - accept_within)
-    lo, hi = 0, total - 2  # hi: largest index still possibly fitting
     best, best_t = 0, 0.0
-    while lo <= hi:
-        mid = (lo + hi) // 2
-        n = size(mid)
-        t = time_of(n)
-        if t <= budget:
-            best, best_t = n, t
-            if t >= floor:
-                break
-            lo = mid + 1
-        else:
-            hi = mid - 1
+
+    def search(lo: int, hi: int, stride: int = 1):
+        """Largest fitting index among lo, lo + stride, ..., <= hi (times grow along them);
+        None when none fits; stops early at one within accept_within of the budget."""
+        nonlocal best, best_t
+        found = None
+        a, b = 0, (hi - lo) // stride
+        while a <= b:
+            mid = (a + b) // 2
+            i = lo + mid * stride
+            t = time_of(size(i))
+            if t <= budget:
+                best, best_t, found = size(i), t, i
+                if t >= floor:
+                    return i, True
+                a = mid + 1
+            else:
+                b = mid - 1
+        return found, False
+
+    hi = total - 2  # largest index still possibly fitting
+    step = period // granularity if period and period % granularity == 0 else 0
+    if step > 1 and hi >= 0:
+        first = -kmin % step  # index of the smallest candidate that is a multiple of period
+        if first <= hi:
+            i, done = search(first, hi, step)
+            if done:
+                return best, best_t
+            # every candidate from the next multiple on costs at least as much as that multiple,
+            # so the answer is below it, where times grow with n
+            search(*((0, first - 1) if i is None else (i + 1, min(hi, i + step - 1))))
+            return best, best_t
+    search(0, hi)
     return best, best_t

@@ -25,14 +25,15 @@ spread over several groups). Pure Python.
 from __future__ import annotations
 
 from medha_jax.kvp_layout import owner
-from medha_jax.scheduler.predictor import BatchCost, RuntimePredictor, tile_work
+from medha_jax.scheduler.attention_tiling import tile_work
+from medha_jax.scheduler.predictor import BatchCost, RuntimePredictor
 
 
 class KVPBatchCost:
     """Same interface as `BatchCost` (add, time, time_with) over `kvp` groups; each sequence is
     given with its first group (0 when every request starts on group 0)."""
 
-    __slots__ = ("groups", "M", "kvp", "replicated")
+    __slots__ = ("groups", "M", "kvp", "replicated", "tiling")
 
     def __init__(self, predictor: RuntimePredictor, group_tokens: int, kvp: int, raw: bool = False,
                  replicated: bool = True):
@@ -40,10 +41,11 @@ class KVPBatchCost:
         self.M = group_tokens
         self.kvp = kvp
         self.replicated = replicated
+        self.tiling = predictor.tiling
 
     def _parts(self, q: int, kv: int, h: int, g: int) -> tuple | None:
-        """(tokens, chunk_kv, chunk_sq, decodes, decode_kv, context, tile work, decode kv on g) of
-        one sequence on group g, or None when g has nothing of it to do."""
+        """(tokens, chunk_kv, chunk_sq, decodes, decode_kv, context, big- and small-tile work,
+        decode kv on g) of one sequence on group g, or None when g has nothing of it to do."""
         M = self.M
         base = ((g - h) % self.kvp) * M  # the block of the sequence that g holds
         c = min(max(kv - base, 0), M)
@@ -51,17 +53,17 @@ class KVPBatchCost:
         own = self.replicated or owner(q, kv, h, M, self.kvp) == g
         t = q if own else 0
         if not e:
-            return (t, 0, 0, 0, 0, 0, 0.0, 0) if own else None
+            return (t, 0, 0, 0, 0, 0, 0.0, 0.0, 0) if own else None
         if q == 1 and kv > 0:
-            return t, 0, 0, 1, c, e, 0.0, c
-        return t, q * c, q * (e - c), 0, 0, e, tile_work(q, c, e - c), 0
+            return t, 0, 0, 1, c, e, 0.0, 0.0, c
+        return t, q * c, q * (e - c), 0, 0, e, *tile_work(self.tiling, q, c, e - c), 0
 
     def add(self, q: int, kv: int, h: int = 0) -> None:
         for g, cost in enumerate(self.groups):
             parts = self._parts(q, kv, h, g)
             if parts is None:
                 continue
-            t, ckv, csq, d, dkv, ctx, tiles, gkv = parts
+            t, ckv, csq, d, dkv, ctx, tiles, small, gkv = parts
             cost.n += 1
             cost.tokens += t
             cost.chunk_kv += ckv
@@ -70,6 +72,7 @@ class KVPBatchCost:
             cost.decode_kv += dkv
             cost.max_ctx = max(cost.max_ctx, ctx)
             cost.tiles += tiles
+            cost.small += small
             cost.max_dkv = max(cost.max_dkv, gkv)
 
     def time(self) -> float:
@@ -88,10 +91,10 @@ class KVPBatchCost:
             parts = self._parts(q, kv, h, g)
             if parts is None:
                 continue
-            tk, ckv, csq, d, dkv, ctx, tiles, gkv = parts
+            tk, ckv, csq, d, dkv, ctx, tiles, small, gkv = parts
             t = cost._t(cost.tokens + tk, cost.chunk_kv + ckv, cost.chunk_sq + csq, cost.decodes + d,
-                        cost.decode_kv + dkv, max(cost.max_ctx, ctx), cost.tiles + tiles, cost.n + 1,
-                        max(cost.max_dkv, gkv))
+                        cost.decode_kv + dkv, max(cost.max_ctx, ctx), cost.tiles + tiles, cost.small + small,
+                        cost.n + 1, max(cost.max_dkv, gkv))
             worst = max(worst, t)
         return worst
 

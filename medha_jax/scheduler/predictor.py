@@ -8,19 +8,20 @@
 Model (per iteration; the layer count is folded into the coefficients):
   t = const + tokens * sum(q) + chunk_kv * sum_prefill(q * kv) + chunk_sq * sum_prefill(q^2)
         + decodes * n_decodes + decode_kv * sum_decode(kv) + tokens_maxctx * sum(q) * max(q + kv)
-        + tile_kv * sum_prefill(sum_tiles(tile_rows * blocks(frontier) * TILE_KV_BLOCK))
-        + decode_span * seq_slots(n) * blocks(max_decode(kv)) * KV_BLOCK   [+ tokens_sq * sum(q)^2]
+        + tile_kv * sum_prefill(big-tile key walks) + small_tile_kv * sum_prefill(small-tile key walks)
+        + decode_span * key slots of the batched decode loop   [+ tokens_sq * sum(q)^2]
 where a pair (q, kv) is a decode when q == 1 and kv > 0, and kv counts tokens cached before the
-iteration. The last two follow the XLA attention backend's loops: a prefill chunk runs in tiles
-of TILE_Q query tokens (SMALL_TILE_Q for the last q % TILE_Q), each over its own causal frontier
-in blocks of TILE_KV_BLOCK keys; decodes run together, every sequence slot of the batch (a power
-of two, at least MIN_SEQ_SLOTS) stepping KV_BLOCK keys at a time up to the longest decode. A
-chunk of 16 tokens costs as much attention as one of 32; the linear terms alone missed that by up
-to 40%
+iteration. The tiled terms follow the XLA attention backend's loops on this engine's shapes
+(`attention_tiling.py`: the predictor carries the `Tiling` its profile was measured with): a
+prefill chunk runs in 128-query tiles, then 32-query tiles over its last q % 128 tokens, each over
+its own causal frontier; decodes run together, every sequence slot of the bucket stepping up to the
+longest decode. A chunk of 16 tokens costs as much attention as one of 32, and one of 128 about as
+much as one of 96; the linear terms alone missed the first by up to 40%
 (`benchmarks/results/predictor_cpu.md`). On another backend NNLS gives them the weight the
 measurements support (none, if they explain nothing). Coefficients are non-negative (fitted by
-NNLS, relative-error weighted), so predictions grow with every kind of work: the packer's binary
-search depends on it. Predictions are multiplied by `correction`, an exponential moving average
+NNLS, relative-error weighted), so predictions grow with every kind of work, except that a chunk
+reaching a multiple of 128 tokens may cost less than the one just below it (`chunk_period`: the
+packer's search allows for it). Predictions are multiplied by `correction`, an exponential moving average
 of measured/raw-predicted ratios. Pure Python.
 """
 
@@ -32,24 +33,22 @@ import os
 import re
 from dataclasses import asdict, dataclass
 
+from medha_jax.scheduler.attention_tiling import DEFAULT_TILING, Tiling, decode_span, tile_work
 from medha_jax.scheduler.nnls import nnls
 from medha_jax.scheduler.records import Composition
 
 FEATURES = ("const", "tokens", "chunk_kv", "chunk_sq", "decodes", "decode_kv", "tokens_sq", "tokens_maxctx",
-            "tile_kv", "decode_span")
+            "tile_kv", "decode_span", "small_tile_kv")
 ANALYTIC_FEATURES = ("const", "tokens", "chunk_kv", "chunk_sq", "decodes", "decode_kv", "tokens_maxctx")
 """For a device whose time is a smooth function of the work (the simulator's device models)."""
-DEFAULT_FEATURES = ANALYTIC_FEATURES + ("tile_kv", "decode_span")
+TILED_FEATURES = ("tile_kv", "small_tile_kv", "decode_span")
+"""The terms whose values depend on the engine's `Tiling`."""
+DEFAULT_FEATURES = ANALYTIC_FEATURES + TILED_FEATURES
 """For measured profiles: adds the attention backend's tiling."""
-TILE_Q = 128  # query tokens per prefill tile (pallas_kernels.reference.XLA_BLOCK_Q)
-SMALL_TILE_Q = 32  # ... per tile over a chunk's last q % TILE_Q tokens (reference.XLA_SMALL_BLOCK_Q)
-TILE_KV_BLOCK = 256  # keys per step of a prefill tile (paged_attention_xla's prefill_block_pages 16 x page_size 16)
-MIN_TABLE_KEYS = 128  # narrowest page table (executor.buckets: min_pages 8 x page_size 16)
-KV_BLOCK = 128  # keys per decode step of that backend (block_pages 8 x page_size 16)
-MIN_SEQ_SLOTS = 4  # smallest sequence bucket (executor.buckets: min_seqs)
 PROFILE_FORMAT = "medha-jax-runtime-profile"
-PROFILE_VERSION = 2
-"""Bumped whenever a feature's meaning changes (2: tile_kv counts 128-query tiles, was 32)."""
+PROFILE_VERSION = 3
+"""Bumped whenever a feature's meaning changes (2: tile_kv counts 128-query tiles, was 32; 3: the
+32-query tiles are small_tile_kv, and the tiling is the engine's, stored in the profile)."""
 
 
 class StaleProfileError(ValueError):
@@ -74,37 +73,10 @@ def profile_path(directory: str, key: ProfileKey) -> str:
     return os.path.join(directory, key.filename())
 
 
-def tile_work(q: int, kv: int, new: int | None = None) -> float:
-    """Key-query pairs a prefill chunk's tiles walk: q // TILE_Q tiles of TILE_Q queries, then
-    SMALL_TILE_Q-query tiles over the rest; a tile ending at local token e steps a block of keys at
-    a time up to its causal frontier kv + min(e, new), over kv cached keys and `new` keys written
-    by the chunk itself (default q; fewer on a kvp group that holds only part of the chunk). The
-    block is TILE_KV_BLOCK keys, or the whole page table when that is narrower (assumed just wide
-    enough for this sequence: the smallest page bucket holding kv + new). A 16-token chunk over
-    300 keys walks one 32-query tile over two whole blocks."""
-    new = q if new is None else new
-    block = min(TILE_KV_BLOCK, max(MIN_TABLE_KEYS, 1 << max(kv + new - 1, 0).bit_length()))
-    split = q // TILE_Q * TILE_Q
-    rows = 0
-    for end in range(TILE_Q, split + 1, TILE_Q):
-        rows += TILE_Q * -(-(kv + min(end, new)) // block)
-    for end in range(split + SMALL_TILE_Q, -(-q // SMALL_TILE_Q) * SMALL_TILE_Q + 1, SMALL_TILE_Q):
-        rows += SMALL_TILE_Q * -(-(kv + min(end, new)) // block)
-    return float(rows * block)
-
-
-def decode_span(num_seqs: int, max_decode_kv: int) -> int:
-    """Key slots the batched decode loop walks: every sequence slot up to the longest decode."""
-    if max_decode_kv <= 0:
-        return 0
-    slots = max(MIN_SEQ_SLOTS, 1 << (num_seqs - 1).bit_length())
-    return slots * -(-max_decode_kv // KV_BLOCK) * KV_BLOCK
-
-
-def feature_sums(comp: Composition) -> list[float]:
+def feature_sums(comp: Composition, tiling: Tiling = DEFAULT_TILING) -> list[float]:
     """The feature vector, in FEATURES order (see the module docstring)."""
     tokens = chunk_kv = chunk_sq = decodes = decode_kv = max_ctx = max_dkv = 0
-    tiles = 0.0
+    tiles = small = 0.0
     for q, kv in comp.seqs:
         tokens += q
         max_ctx = max(max_ctx, q + kv)
@@ -115,23 +87,25 @@ def feature_sums(comp: Composition) -> list[float]:
         else:
             chunk_kv += q * kv
             chunk_sq += q * q
-            tiles += tile_work(q, kv)
+            b, s = tile_work(tiling, q, kv)
+            tiles += b
+            small += s
     return [1.0, tokens, chunk_kv, chunk_sq, decodes, decode_kv, tokens * tokens, tokens * max_ctx, tiles,
-            decode_span(len(comp.seqs), max_dkv)]
+            decode_span(tiling, len(comp.seqs), max_dkv), small]
 
 
-def _linear_time(c, tokens, chunk_kv, chunk_sq, decodes, decode_kv, max_ctx, tiles, n, max_dkv) -> float:
+def _linear_time(c, tiling, tokens, chunk_kv, chunk_sq, decodes, decode_kv, max_ctx, tiles, small, n, max_dkv) -> float:
     """The model over a batch's running sums (c: coefficients in FEATURES order)."""
     return (c[0] + c[1] * tokens + c[2] * chunk_kv + c[3] * chunk_sq + c[4] * decodes
-            + c[5] * decode_kv + c[6] * tokens * tokens + c[7] * tokens * max_ctx + c[8] * tiles
-            + (c[9] * decode_span(n, max_dkv) if c[9] else 0.0))
+            + c[5] * decode_kv + c[6] * tokens * tokens + c[7] * tokens * max_ctx + c[8] * tiles + c[10] * small
+            + (c[9] * decode_span(tiling, n, max_dkv) if c[9] else 0.0))
 
 
 class RuntimePredictor:
     """Linear model over `features`; unknown or missing coefficients are 0."""
 
     def __init__(self, coefficients: dict[str, float], *, key: ProfileKey | None = None,
-                 ema_alpha: float = 0.05, fit_info: dict | None = None):
+                 tiling: Tiling = DEFAULT_TILING, ema_alpha: float = 0.05, fit_info: dict | None = None):
         bad = set(coefficients) - set(FEATURES)
         if bad:
             raise ValueError(f"unknown predictor features {sorted(bad)}; known: {', '.join(FEATURES)}")
@@ -142,6 +116,7 @@ class RuntimePredictor:
         self.coefficients = {f: float(coefficients.get(f, 0.0)) for f in FEATURES}
         self._coef = [self.coefficients[f] for f in FEATURES]
         self.key = key
+        self.tiling = tiling
         self.ema_alpha = ema_alpha
         self.correction = 1.0
         self.fit_info = dict(fit_info or {})
@@ -149,7 +124,7 @@ class RuntimePredictor:
     # ---- prediction ------------------------------------------------------------------------
     def predict_raw(self, comp: Composition) -> float:
         """Seconds for the composition, without the online correction."""
-        return sum(c * f for c, f in zip(self._coef, feature_sums(comp)) if c)
+        return sum(c * f for c, f in zip(self._coef, feature_sums(comp, self.tiling)) if c)
 
     def predict(self, comp: Composition) -> float:
         return self.predict_raw(comp) * self.correction
@@ -157,11 +132,19 @@ class RuntimePredictor:
     def batch_cost(self) -> "BatchCost":
         return BatchCost(self)
 
+    @property
+    def chunk_period(self) -> int:
+        """Chunk sizes at whose multiples the predicted time may drop (a chunk of tile_q tokens
+        can cost less than one of tile_q - 32: one wide tile instead of several narrow ones); 0
+        when predictions never fall as a chunk grows. `chunking.largest_chunk` searches with it."""
+        return self.tiling.tile_q if self.coefficients["small_tile_kv"] > 0.0 else 0
+
     def chunk_time(self, q: int, kv: int) -> float:
         """Raw seconds of a batch holding one prefill chunk alone (used by the prefill-time cache)."""
+        t = self.tiling
         if q == 1 and kv > 0:  # counted as a decode, exactly as predict_raw does
-            return _linear_time(self._coef, 1, 0, 0, 1, kv, kv + 1, 0.0, 1, kv)
-        return _linear_time(self._coef, q, q * kv, q * q, 0, 0, q + kv, tile_work(q, kv), 1, 0)
+            return _linear_time(self._coef, t, 1, 0, 0, 1, kv, kv + 1, 0.0, 0.0, 1, kv)
+        return _linear_time(self._coef, t, q, q * kv, q * q, 0, 0, q + kv, *tile_work(t, q, kv), 1, 0)
 
     # ---- online correction -----------------------------------------------------------------
     def observe(self, comp: Composition, measured: float) -> None:
@@ -181,8 +164,10 @@ class RuntimePredictor:
     # ---- fitting and scoring ---------------------------------------------------------------
     @classmethod
     def fit(cls, samples: list[tuple[Composition, float]], features: tuple[str, ...] = DEFAULT_FEATURES,
-            *, key: ProfileKey | None = None, ema_alpha: float = 0.05) -> "RuntimePredictor":
-        """Least squares on relative error (weights 1/seconds), coefficients >= 0."""
+            *, key: ProfileKey | None = None, tiling: Tiling = DEFAULT_TILING,
+            ema_alpha: float = 0.05) -> "RuntimePredictor":
+        """Least squares on relative error (weights 1/seconds), coefficients >= 0; `tiling`: the
+        attention loop shapes of the engine the samples were measured on."""
         unknown = set(features) - set(FEATURES)
         if unknown:
             raise ValueError(f"unknown predictor features {sorted(unknown)}; known: {', '.join(FEATURES)}")
@@ -190,10 +175,10 @@ class RuntimePredictor:
         if len(samples) < len(features):
             raise ValueError(f"need at least {len(features)} samples with positive times to fit {features}, got {len(samples)}")
         idx = [FEATURES.index(f) for f in features]
-        rows = [[feature_sums(c)[i] for i in idx] for c, _ in samples]
+        rows = [[feature_sums(c, tiling)[i] for i in idx] for c, _ in samples]
         y = [t for _, t in samples]
         x = nnls(rows, y, weights=[1.0 / t for t in y])
-        pred = cls(dict(zip(features, x)), key=key, ema_alpha=ema_alpha)
+        pred = cls(dict(zip(features, x)), key=key, tiling=tiling, ema_alpha=ema_alpha)
         pred.fit_info = {"num_samples": len(samples), "features": list(features), "train_mape": pred.mape(samples)}
         return pred
 
@@ -210,8 +195,9 @@ class RuntimePredictor:
 
     # ---- persistence -----------------------------------------------------------------------
     def fingerprint(self) -> str:
-        """Stable hash of the coefficients (not the correction): keys derived caches."""
-        blob = json.dumps({f: repr(v) for f, v in self.coefficients.items()}, sort_keys=True)
+        """Stable hash of the coefficients and tiling (not the correction): keys derived caches."""
+        blob = json.dumps({**{f: repr(v) for f, v in self.coefficients.items()}, "tiling": asdict(self.tiling)},
+                          sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def to_json(self, samples: list[tuple[Composition, float]] | None = None) -> dict:
@@ -220,6 +206,7 @@ class RuntimePredictor:
             "version": PROFILE_VERSION,
             "key": asdict(self.key) if self.key is not None else None,
             "coefficients": {f: v for f, v in self.coefficients.items() if v},
+            "tiling": asdict(self.tiling),
             "fit": self.fit_info,
         }
         if samples is not None:
@@ -234,8 +221,11 @@ class RuntimePredictor:
         os.replace(tmp, path)
 
     @classmethod
-    def load(cls, path: str, expect: ProfileKey | None = None, *, ema_alpha: float = 0.05) -> "RuntimePredictor":
-        """Read a profile; ValueError when it is not one, or was measured on another setup."""
+    def load(cls, path: str, expect: ProfileKey | None = None, *, tiling: Tiling | None = None,
+             ema_alpha: float = 0.05) -> "RuntimePredictor":
+        """Read a profile; ValueError when it is not one, or was measured on another setup;
+        StaleProfileError when it is an older version's, or (`tiling` given) was measured on an
+        engine whose attention loops have other shapes (page size, smallest buckets)."""
         with open(path) as f:
             data = json.load(f)
         if not isinstance(data, dict) or data.get("format") != PROFILE_FORMAT:
@@ -246,7 +236,14 @@ class RuntimePredictor:
         key = ProfileKey(**data["key"]) if data.get("key") else None
         if expect is not None and key != expect:
             raise ValueError(f"{path} was measured for {key}, not {expect}; run the profile command for this setup")
-        return cls(data["coefficients"], key=key, ema_alpha=ema_alpha, fit_info=data.get("fit"))
+        coef = data["coefficients"]
+        measured = Tiling(**data["tiling"])
+        if tiling is not None and measured != tiling:
+            if any(coef.get(f) for f in TILED_FEATURES):
+                raise StaleProfileError(f"{path} was measured with attention loops {measured}, this engine runs "
+                                        f"{tiling} (page size or smallest buckets changed)")
+            measured = tiling  # no tiled terms: the coefficients mean the same on any tiling
+        return cls(coef, key=key, tiling=measured, ema_alpha=ema_alpha, fit_info=data.get("fit"))
 
     @staticmethod
     def load_samples(path: str) -> list[tuple[Composition, float]]:
@@ -258,15 +255,16 @@ class RuntimePredictor:
 class BatchCost:
     """Running feature sums of a batch being packed: O(1) per added seq and per what-if query."""
 
-    __slots__ = ("c", "corr", "tokens", "chunk_kv", "chunk_sq", "decodes", "decode_kv", "max_ctx", "n", "tiles",
-                 "max_dkv")
+    __slots__ = ("c", "tiling", "corr", "tokens", "chunk_kv", "chunk_sq", "decodes", "decode_kv", "max_ctx", "n",
+                 "tiles", "small", "max_dkv")
 
     def __init__(self, predictor: RuntimePredictor, raw: bool = False):
         self.c = predictor._coef
+        self.tiling = predictor.tiling
         self.corr = 1.0 if raw else predictor.correction
         self.tokens = self.chunk_kv = self.chunk_sq = self.decodes = self.decode_kv = self.max_ctx = 0
         self.n = self.max_dkv = 0
-        self.tiles = 0.0
+        self.tiles = self.small = 0.0
 
     def add(self, q: int, kv: int, h: int = 0) -> None:
         """A sequence of q tokens over kv cached ones (h, its kvp group, is for `KVPBatchCost`)."""
@@ -280,7 +278,9 @@ class BatchCost:
         else:
             self.chunk_kv += q * kv
             self.chunk_sq += q * q
-            self.tiles += tile_work(q, kv)
+            b, s = tile_work(self.tiling, q, kv)
+            self.tiles += b
+            self.small += s
 
     def add_decodes(self, n: int, kv_sum: int, kv_max: int = 0) -> None:
         """n decodes whose cached lengths sum to kv_sum, the longest kv_max."""
@@ -292,21 +292,22 @@ class BatchCost:
         self.decodes += n
         self.decode_kv += kv_sum
 
-    def _t(self, tokens, chunk_kv, chunk_sq, decodes, decode_kv, max_ctx, tiles, n, max_dkv) -> float:
-        return _linear_time(self.c, tokens, chunk_kv, chunk_sq, decodes, decode_kv, max_ctx, tiles, n,
-                            max_dkv) * self.corr
+    def _t(self, tokens, chunk_kv, chunk_sq, decodes, decode_kv, max_ctx, tiles, small, n, max_dkv) -> float:
+        return _linear_time(self.c, self.tiling, tokens, chunk_kv, chunk_sq, decodes, decode_kv, max_ctx, tiles,
+                            small, n, max_dkv) * self.corr
 
     def time(self) -> float:
         if self.n == 0:
             return 0.0
         return self._t(self.tokens, self.chunk_kv, self.chunk_sq, self.decodes, self.decode_kv, self.max_ctx,
-                       self.tiles, self.n, self.max_dkv)
+                       self.tiles, self.small, self.n, self.max_dkv)
 
     def time_with(self, q: int, kv: int, h: int = 0) -> float:
         """Predicted seconds if a prefill chunk of q tokens over kv cached tokens were added."""
         ctx = max(self.max_ctx, q + kv)
         if q == 1 and kv > 0:
             return self._t(self.tokens + 1, self.chunk_kv, self.chunk_sq, self.decodes + 1, self.decode_kv + kv, ctx,
-                           self.tiles, self.n + 1, max(self.max_dkv, kv))
+                           self.tiles, self.small, self.n + 1, max(self.max_dkv, kv))
+        b, s = tile_work(self.tiling, q, kv)
         return self._t(self.tokens + q, self.chunk_kv + q * kv, self.chunk_sq + q * q, self.decodes, self.decode_kv,
-                       ctx, self.tiles + tile_work(q, kv), self.n + 1, self.max_dkv)
+                       ctx, self.tiles + b, self.small + s, self.n + 1, self.max_dkv)

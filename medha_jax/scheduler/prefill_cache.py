@@ -34,7 +34,8 @@ class PrefillTimeCache:
         self.t_target = config.tick_target  # the packer's budget for one iteration (tick)
         self.granularity = config.prefill_cache_granularity
         self._chunk = dict(granularity=config.chunk_granularity, min_chunk=config.min_chunk,
-                           max_chunk=config.max_chunk, accept_within=config.accept_within)
+                           max_chunk=config.max_chunk, accept_within=config.accept_within,
+                           period=predictor.chunk_period)
         cache_dir = cache_dir if cache_dir is not None else config.prefill_cache_dir
         self.cache_dir = os.path.expanduser(cache_dir) if cache_dir else None
         self._starts: list[int] = [0]      # KV length at each chunk boundary

@@ -8,7 +8,9 @@
           on one of its kvp groups; else space sharing: budget t_target * (1 - clamp(rho, 0, rho_max))
           with rho its relative slack
       chunk = largest multiple of chunk_granularity (min_chunk..max_chunk, last chunk exact) whose
-          predicted batch time fits the budget (binary search, accept within accept_within)
+          predicted batch time fits the budget (binary search, accept within accept_within; where
+          a chunk of a multiple of the predictor's chunk_period can cost less than a smaller one,
+          the search allows for it)
       pages reserved (running prefills may preempt lower-priority partial prefills) -> into batch
   batch.predicted_time = the predictor's estimate for the whole batch
 
@@ -47,7 +49,8 @@ class TimeBudgetPacker:
         t_target = sched.t_target
         multi_limit = cfg.multi_prefill_fraction * t_target if cfg.multi_prefill else 0.0
         chunk_kw = dict(granularity=cfg.chunk_granularity, min_chunk=cfg.min_chunk,
-                        max_chunk=cfg.max_chunk, accept_within=cfg.accept_within)
+                        max_chunk=cfg.max_chunk, accept_within=cfg.accept_within,
+                        period=self.predictor.chunk_period)
         cost = batch_cost(self.predictor, sched.kv)
         kv = sched.kv
         if kv.kvp == 1:

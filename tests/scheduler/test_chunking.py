@@ -45,3 +45,39 @@ def test_accept_within_stops_early_inside_the_band():
     exact_calls = []
     largest_chunk(lambda n: exact_calls.append(n) or 1e-5 * n, 100_000, 0.05, **KW)
     assert len(calls) < len(exact_calls)
+
+
+def tiled(wide, narrow, a=1e-3, per_token=1e-6):
+    """Attention in 128-token tiles (wide) and 32-token tiles over the rest (narrow), as the XLA
+    backend runs a chunk: a wide tile costs less than four narrow ones."""
+    return lambda n: a + per_token * n + wide * (n // 128) + narrow * -(-(n % 128) // 32)
+
+
+def test_a_wide_tile_is_taken_where_a_narrower_chunk_would_not_fit():
+    # 96 tokens: three narrow tiles (31 ms); 128 tokens: one wide tile (24 ms); budget 28 ms
+    t = tiled(wide=0.023, narrow=0.01)
+    assert t(96) > 0.028 >= t(128)
+    assert largest_chunk(t, 100_000, 0.028, period=128, **KW) == (128, t(128))
+
+
+def test_the_period_search_finds_what_trying_every_candidate_finds():
+    import random
+
+    rng = random.Random(0)
+    plain_missed = 0
+    for _ in range(400):
+        wide, narrow = rng.uniform(1e-3, 0.03), rng.uniform(1e-3, 0.02)
+        t = tiled(wide, narrow, a=rng.uniform(0, 5e-3))
+        kw = dict(granularity=32, min_chunk=rng.choice([32, 64, 160]), max_chunk=rng.choice([512, 2048]),
+                  accept_within=0.0)
+        remaining = rng.choice([50, 100, 300, 1000, 5000])
+        limit = rng.choice([None, 200, 1000])
+        budget = rng.uniform(0.0, 0.3)
+        cap = remaining if limit is None else min(remaining, limit)
+        cands = [n for n in range(kw["min_chunk"], min(kw["max_chunk"], cap) + 1, 32)]
+        if cap == remaining and cap <= kw["max_chunk"] and (cap % 32 or cap < kw["min_chunk"]):
+            cands.append(cap)
+        want = max((n for n in cands if t(n) <= budget), default=0)
+        assert largest_chunk(t, remaining, budget, limit=limit, period=128, **kw)[0] == want
+        plain_missed += largest_chunk(t, remaining, budget, limit=limit, **kw)[0] != want
+    assert plain_missed > 0  # a search that assumes times only grow misses some

@@ -45,6 +45,7 @@ class ParallelBatchDevice:
     """A fake predictor (and device) with the interface the scheduler uses."""
 
     correction = 1.0
+    chunk_period = 0  # times only grow with the chunk
     _coef = ()
 
     def predict_raw(self, comp: Composition) -> float:
