@@ -318,14 +318,15 @@ def ensure_profile(ns, flags: list[str], profile_dir: str, workdir: str) -> tupl
 
 def deadline_fn(profile_path: str, choice: dict, ns):
     """The engine's derived TTFT deadline, D = max(deadline_k * T_prefill(P), deadline_min), with
-    T_prefill from the same profile, t_target and chunk settings as the edf/lars servers use."""
+    T_prefill from the same profile, t_target and chunk settings as the edf/lars servers use;
+    also returns the predictor and T_prefill itself."""
     from medha_jax.scheduler import PrefillTimeCache, RuntimePredictor, SchedulerConfig
 
     pred = RuntimePredictor.load(profile_path)
     cfg = SchedulerConfig(policy="lars", t_target=choice["t_target"], deadline_min=choice["deadline_min"],
                           max_num_seqs=ns.max_num_seqs, max_num_batched_tokens=ns.max_num_batched_tokens)
     cache = PrefillTimeCache(pred, cfg)
-    return (lambda n: max(cfg.deadline_k * cache.total_time(n), cfg.deadline_min)), pred
+    return (lambda n: max(cfg.deadline_k * cache.total_time(n), cfg.deadline_min)), pred, cache.total_time
 
 
 def make_workload(ns, choice: dict, deadline) -> list[RequestSpec]:
@@ -495,7 +496,10 @@ def main(argv=None) -> int:
             log(f"  {k}: {v}")
         # 3: the runtime profile and the deadlines
         prof_path, prof_s = ensure_profile(ns, flags, profile_dir, workdir)
-        deadline, pred = deadline_fn(prof_path, choice, ns)
+        deadline, pred, t_prefill = deadline_fn(prof_path, choice, ns)
+        # what the budget alone costs the long prompt: its prefill with every chunk's iteration
+        # within t_target and nothing else running, against the whole prompt at once
+        choice["predicted_long_prefill_budgeted_s"] = t_prefill(choice["long_len"])
         report["profile"] = {"path": prof_path, "measured_s": round(prof_s, 1), "coefficients": pred.coefficients,
                              "tiling": dataclasses.asdict(pred.tiling), "fit": pred.fit_info, "load": load_snapshot()}
         specs = make_workload(ns, choice, deadline)
@@ -612,6 +616,19 @@ def criteria_lines(c: dict) -> list[str]:
     return lines
 
 
+def budget_floor_lines(choice: dict) -> list[str]:
+    """The long prompt's prefill alone in chunks whose iterations fit t_target (the runtime
+    profile's prediction, what its deadline derives from) vs all at once (the calibration's): a
+    floor on its completion for any schedule that keeps iterations within t_target while shorts
+    decode. Older results lack it."""
+    budgeted, whole = choice.get("predicted_long_prefill_budgeted_s"), choice.get("predicted_long_prefill_nonchunked_s")
+    if not budgeted or not whole:
+        return []
+    return [f"The long prompt alone, in chunks whose iterations fit t_target: {budgeted:.1f} s predicted, "
+            f"{budgeted / whole:.2f}x its whole-prompt prefill ({whole:.1f} s predicted): the least any policy that "
+            f"keeps to the budget takes, before the shorts' share of the engine.", ""]
+
+
 def _median_long_completion(rec: dict) -> None:
     """Pooled rounds: the long request's completion is the median round's, not the slowest."""
     comp = [rr["summary"]["long_completion_s"] for rr in rec.get("rounds", [])]
@@ -659,7 +676,7 @@ def write_results(ns, report: dict, runs: dict, summaries: dict, choice: dict) -
           (f"Workload: {choice['qps']:g} QPS short requests (prompts {choice['short_prompt']}, outputs "
            f"{choice['short_output']}) for {choice['duration_s']:g} s, {choice['num_long']} long request(s) of "
            f"{choice['long_len']} tokens at t={choice['long_arrival_s']:g} s. t_target {choice['t_target']:g} s, "
-           f"deadline_min {choice['deadline_min']:g} s."), "",
+           f"deadline_min {choice['deadline_min']:g} s."), "", *budget_floor_lines(choice),
           markdown_table(summaries), ""] + criteria_lines(report["criteria"]) + [""] + round_lines(report)
     busy = [f"- {p}: " + ", ".join(f"{k.replace('_', ' ')} {v['busy_fraction']:.2f}"
                                    for k, v in report["configs"][p].get("busy_windows", {}).items())
