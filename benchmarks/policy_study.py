@@ -241,7 +241,7 @@ def main(argv=None) -> int:
     ap.add_argument("--capacity-only", action="store_true",
                     help="run only the capacity search (default --out: results/policy_study_capacity)")
     ap.add_argument("--per-class", action="store_true",
-                    help="with --capacity-only: every class under 1% misses, not only all requests together "
+                    help="with --capacity-only: every class under 1%% misses, not only all requests together "
                          "(default --out: results/policy_study_capacity_per_class)")
     ap.add_argument("--qps", default=None,
                     help="comma-separated QPS points (default: 0.25,0.75,1.25,1.75; with --quick 0.25,1.75)")

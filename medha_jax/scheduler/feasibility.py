@@ -7,6 +7,8 @@
        least important class; rank 0 by default), and within a rank the one with the most
        remaining work (it frees the most time for the rest)
     -> (admitted, sacrificed), both in EDF order
+  admitted jobs + the same server --spare_time--> seconds of other work that can run before all of
+    them with none made late (the least slack along their EDF order)
 
 With every job released by `now` this is Moore-Hodgson (1968): it minimises the number of late
 jobs on one machine (with one rank), and when no job needs to be sacrificed the EDF order meets every deadline
@@ -53,3 +55,19 @@ def sacrifice(jobs: Iterable[tuple], now: float, *, rate: float = 1.0, margin: f
         return [j[2] for j in order], []
     return ([order[i][2] for i in range(len(order)) if i not in dropped],
             [order[i][2] for i in sorted(dropped)])
+
+
+def spare_time(jobs: Iterable[tuple], now: float, *, rate: float = 1.0, margin: float = 0.0,
+               inflate: float = 1.0) -> float:
+    """Wall seconds by which every job's EDF finish (as `sacrifice` computes it) could move later
+    with each still on time: the least slack along the deadline order; inf with no jobs, 0 when
+    one is already late."""
+    if not rate > 0:
+        raise ValueError(f"rate must be > 0, got {rate!r}")
+    scale = inflate / rate
+    t = now + margin
+    spare = float("inf")
+    for job in sorted(jobs, key=lambda j: j[0]):
+        t += job[1] * scale
+        spare = min(spare, job[0] - t)
+    return max(spare, 0.0)

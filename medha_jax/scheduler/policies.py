@@ -13,7 +13,8 @@
   lars: relative slack s / D (Medha's Length-Aware Relative Slack).
   slo:  EDF while every TTFT deadline can still be met; when not, the fewest requests are
         sacrificed (Moore-Hodgson, `feasibility.py`: those with the most remaining work) and go
-        after every request that can still make it, in deadline order among themselves.
+        after every request that can still make it, in deadline order among themselves, except
+        those that fit in the slack of the others' EDF schedule, which go before it.
 
 D is the request's `ttft_deadline` or max(deadline_k * T_prefill(prompt), deadline_min), fixed
 when the request arrives; T_prefill and T_remaining come from the prefill-time cache (the total
@@ -39,7 +40,7 @@ from collections.abc import Hashable, Iterator
 from operator import itemgetter
 
 from medha_jax.request import Request
-from medha_jax.scheduler.feasibility import sacrifice
+from medha_jax.scheduler.feasibility import sacrifice, spare_time
 from medha_jax.scheduler.waiting_index import WaitingIndex
 
 _first, _second, _fourth = itemgetter(0), itemgetter(1), itemgetter(3)
@@ -303,7 +304,9 @@ class SLOPolicy(DeadlinePolicy):
     rest fit: the fewest deadlines are given up, and short requests are not all made late by one
     long one (EDF's overload cascade). Set-aside requests still run, after the others, in
     deadline order (a more important `priority_class` first: lower is more important), and are the
-    first preemption victims; they rejoin the EDF order once they fit again with REJOIN more
+    first preemption victims; one whose remaining work fits in the least slack of the admitted EDF
+    schedule runs before it instead (none of the admitted is made late, and a short request that
+    missed waits the least it can, not behind a long one due much later); they rejoin the EDF order once they fit again with REJOIN more
     work than estimated. The scan assumes the prefill share averaged over recent iterations
     (SHARE_EMA), not this iteration's: with both, a request on the edge of feasibility stays on
     one side instead of trading places with another every iteration. Once the best set-aside
@@ -329,6 +332,11 @@ class SLOPolicy(DeadlinePolicy):
     """Weight of the newest iteration in the prefill share the feasibility scan assumes: decodes
     come and go every iteration, and an instantaneous share made a borderline request flip
     between admitted and set aside on alternate iterations (two long prefills taking turns, both late)."""
+    BORROW_FRACTION = 0.5
+    """Of the admitted schedule's least slack, the part late requests may take (the rest covers
+    estimates that turn out short)."""
+    BORROW_SCAN = 64
+    """Set-aside requests looked at per iteration for a place in the admitted schedule's slack."""
     REJOIN = 0.05
     """A set-aside request rejoins the EDF order only if it fits with this much more remaining work
     (hysteresis: a request on the edge stays on one side)."""
@@ -396,9 +404,32 @@ class SLOPolicy(DeadlinePolicy):
             self._hopeless_order = [e for e in self._hopeless_order if e[3] in self._hopeless]
             self._stale = 0
 
+    def _borrow_slack(self, admitted_jobs: list[tuple], later: Iterator[tuple], now: float):
+        """(late requests to run before the admitted ones, the rest of `later`): in `later`'s order
+        (class, then deadline), those whose remaining work fits in the least slack of the admitted
+        EDF schedule (`spare_time`, on the scan's server), so none of the admitted is made late;
+        at most BORROW_SCAN entries are looked at, so overload stays O(requests in time)."""
+        spare = self.BORROW_FRACTION * spare_time(admitted_jobs, now, rate=self._share or 1.0, margin=self._margin,
+                                                  inflate=self.inflate)
+        if not spare > 0.0:
+            return [], later
+        scale = self.inflate / (self._share or 1.0)
+        early, skipped = [], []
+        for e in itertools.islice(later, self.BORROW_SCAN):
+            w = self.remaining(e[3]) * scale
+            if w <= spare:
+                spare -= w
+                early.append(e[3])
+            else:
+                skipped.append(e)
+            if spare <= 0.0:
+                break
+        return early, itertools.chain(skipped, later)
+
     def candidates(self, partials: list[Request], now: float) -> Iterator[Request]:
-        """Requests with a first token first (deadline order), then the admitted ones in EDF
-        order, then the set-aside ones (class, then deadline). The feasibility scan covers the
+        """Requests with a first token first (deadline order), then the set-aside ones that fit in
+        the admitted schedule's slack (`_borrow_slack`), then the admitted ones in EDF
+        order, then the other set-aside ones (class, then deadline). The feasibility scan covers the
         requests that can still make their deadlines: a hopeless one (late even alone at full
         speed) is set aside for good without a scan. With one class the scan would set it aside
         too and nothing else; with classes it would give up less important in-time requests in
@@ -426,6 +457,7 @@ class SLOPolicy(DeadlinePolicy):
                 jobs.append((r.arrival_time + info[r][0], self.remaining(r) * grown.get(r, 1.0), r, r.priority_class))
         admitted, aside = sacrifice(jobs, now, rate=self._share or 1.0, margin=self._margin, inflate=self.inflate)
         self.set_aside = set(aside)
+        admitted_set = set(admitted)
         waiting, partial_set = self._store(), set(partials)
         # With a first token: waiting after preemption, or already recomputing their context in
         # chunks (running partials that left the queue; no scan covers them either).
@@ -438,12 +470,13 @@ class SLOPolicy(DeadlinePolicy):
             aside.sort(key=_class_deadline)  # stable: deadline order within a class
         gone = self._hopeless
         later = heapq.merge(aside, (e for e in self._hopeless_order if e[3] in gone), key=_class_deadline)
+        early, later = self._borrow_slack([j for j in jobs if j[2] in admitted_set], later, now)
         top = None
         if self._round and self._iteration % self._round == 0:  # the set-aside share
             top = next(later, None)
             if top is not None:
                 later = itertools.chain([top], later)
-        order = itertools.chain(map(_second, firsts), (r for r in admitted if r in waiting or r in partial_set),
+        order = itertools.chain(map(_second, firsts), early, (r for r in admitted if r in waiting or r in partial_set),
                                 map(_fourth, later))
         if top is not None and now - top[3].arrival_time > self.STARVING * info[top[3]][0]:
             first = top[3]

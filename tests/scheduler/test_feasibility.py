@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from medha_jax.scheduler.feasibility import sacrifice
+from medha_jax.scheduler.feasibility import sacrifice, spare_time
 
 
 def edf_feasible(jobs, now, rate=1.0):
@@ -56,6 +56,22 @@ def test_fewest_late_jobs_vs_brute_force(seed):
     best = max(k for k in range(n + 1) for sub in itertools.combinations(jobs, k) if edf_feasible(sub, now, rate))
     assert len(admitted) == best
     assert admitted == [j[2] for j in sorted(kept, key=lambda j: j[0])]
+
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_spare_time_is_the_most_work_that_fits_before_a_feasible_schedule(seed):
+    rng = random.Random(seed)
+    now, rate, margin, inflate = rng.uniform(0, 3), rng.choice([1.0, 0.6]), rng.choice([0.0, 0.05]), 1.1
+    jobs = [(now + rng.uniform(0.5, 8.0), rng.uniform(0.05, 1.0), i) for i in range(rng.randint(1, 6))]
+    admitted = sacrifice(jobs, now, rate=rate, margin=margin, inflate=inflate)[0]
+    kept = [j for j in jobs if j[2] in set(admitted)]
+    spare = spare_time(kept, now, rate=rate, margin=margin, inflate=inflate)
+    assert spare >= 0.0
+    assert sacrifice(kept, now, rate=rate, margin=margin + spare * 0.999, inflate=inflate)[1] == []
+    assert sacrifice(kept, now, rate=rate, margin=margin + spare * 1.001 + 1e-9, inflate=inflate)[1] != []
+    assert spare_time([], now) == float("inf")
+    assert spare_time([(now + 0.1, 1.0, "late")], now) == 0.0
 
 
 def test_a_less_important_class_is_given_up_first():
@@ -116,7 +132,7 @@ def _slo_order_check(classes, seed):
     reqs = make_requests(n, prompt_len=[rng.randint(16, 1500) for _ in range(n)],
                          arrival=sorted(rng.uniform(0.0, 10.0) for _ in range(n)),
                          ttft_deadline=[rng.uniform(0.05, 2.0) for _ in range(n)])
-    queued, spared = [], 0
+    queued, spared, borrowed = [], 0, 0
     for step in range(1, 41):
         now = step * 0.25
         while len(queued) < n and reqs[len(queued)].arrival_time <= now:
@@ -132,13 +148,23 @@ def _slo_order_check(classes, seed):
         admitted, aside = sacrifice(in_time, now, rate=share, margin=margin, inflate=pol.inflate)
         aside += [j[2] for j in jobs if j[0] < now + pol.inflate * j[1]]
         aside.sort(key=lambda r: (r.priority_class, r.arrival_time + pol.deadline(r)))
-        assert got == [r.request_id for r in admitted + aside]
+        # set-aside requests that fit in the admitted schedule's slack go first, in their order
+        by_id = {r.request_id: r for r in queued}
+        early = [by_id[i] for i in got[:got.index(admitted[0].request_id)]] if admitted else []
+        rest = [r for r in aside if r not in set(early)]
+        assert early == [r for r in aside if r in set(early)]  # a subsequence of the set-aside order
+        assert got == [r.request_id for r in early + admitted + rest]
+        delay = sum(pol.remaining(r) for r in early) * pol.inflate / share  # they run first: admitted still in time
+        assert sacrifice([j for j in jobs if j[2] in set(admitted)], now, rate=share, margin=margin + delay,
+                         inflate=pol.inflate)[1] == []
+        borrowed += len(early)
         assert set(aside) == {r for r in queued if pol.key(r, now) >= pol.SET_ASIDE}
         whole = sacrifice(jobs, now, rate=share, margin=margin, inflate=pol.inflate)[0]
         if len(set(classes)) == 1:  # one class: the scan over everything admits the same requests
             assert whole == admitted
         spared += len(set(admitted) - set(whole))
     assert pol._hopeless and len(pol._hopeless) < n  # some turned hopeless, some are still in time
+    assert borrowed > 0  # some late requests ran in the others' slack
     return spared
 
 
