@@ -16,8 +16,10 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from medha_jax.scheduler.policies import SLOPolicy  # noqa: E402
+from results_io import commit  # noqa: E402
 from medha_jax.sim.experiment import Experiment  # noqa: E402
 from medha_jax.sim.profiles import load_profile  # noqa: E402
 from medha_jax.sim.workload import WorkloadSpec, generate  # noqa: E402
@@ -38,7 +40,8 @@ def main(argv=None) -> int:
     default = SLOPolicy.BORROW_FRACTION
     exp = Experiment(load_profile(args.device), seed=args.seed)
     lines = [f"slo without / with slack borrowing (BORROW_FRACTION 0 / {default}), seed {args.seed}, {args.device}, "
-             f"15-minute traces", "",
+             f"15-minute traces; `python benchmarks/slo_borrow_ab.py {' '.join(argv if argv is not None else sys.argv[1:])}` "
+             f"at {commit()} (simulated time: the machine does not change the numbers)", "",
              "| workload | misses short / long, without | P99 TTFT short / long, without | misses, with | P99 TTFT, with |",
              "|---|---|---|---|---|"]
     print("\n".join(lines), flush=True)
