@@ -22,8 +22,9 @@
                  long prompt's prefill saturates it
   3. the runtime profile edf/lars use: `python -m medha_jax.profile` (the full grid, ~30 s; measured
      once, reused by every configuration; the quick third-of-the-grid profile predicted these
-     shapes 12% off, the full one 8.5%); TTFT deadlines = the engine's derived ones, max(1.5 * T_prefill(P),
-     deadline_min) from that profile's prefill-time cache, sent as SLO hints to every configuration
+     shapes 12% off, the full one 8.5%); TTFT deadlines = the engine's derived ones,
+     max(1.5 * T_prefill(P), deadline_min) from that profile's prefill-time cache, sent as SLO
+     hints to every configuration
   4. one seeded workload (short requests from t=0, the long one(s) arriving while they flow), run
      through gRPC against a fresh server per configuration: fcfs_nonchunked (convoy baseline), lars,
      fcfs (Sarathi, fixed token budget), edf; the server's /metrics is polled for its busy time

@@ -19,10 +19,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from medha_jax.scheduler.policies import SLOPolicy  # noqa: E402
-from results_io import commit  # noqa: E402
 from medha_jax.sim.experiment import Experiment  # noqa: E402
 from medha_jax.sim.profiles import load_profile  # noqa: E402
 from medha_jax.sim.workload import WorkloadSpec, generate  # noqa: E402
+from results_io import commit  # noqa: E402
 
 
 def cell(summary: dict) -> str:

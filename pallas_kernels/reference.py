@@ -148,8 +148,8 @@ class _Pages:
         return k, v, kv_quant.key_scales(self.ks, cols, self.page), kv_quant.key_scales(self.vs, cols, self.page)
 
 
-XLA_BLOCK_Q = 128  # query tokens per prefill tile of the XLA path (scheduler.predictor.TILE_Q)
-XLA_SMALL_BLOCK_Q = 32  # ... per tile over a chunk's last chunk_len % XLA_BLOCK_Q tokens (predictor.SMALL_TILE_Q)
+XLA_BLOCK_Q = 128  # query tokens per prefill tile of the XLA path (scheduler.attention_tiling.Tiling.tile_q)
+XLA_SMALL_BLOCK_Q = 32  # ... per tile over a chunk's last chunk_len % XLA_BLOCK_Q tokens (Tiling.small_tile_q)
 
 
 def _online_step(carry, s, mask, v):

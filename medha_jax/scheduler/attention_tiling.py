@@ -11,7 +11,8 @@ batch's bucket steps one block at a time up to the longest decode. How many keys
 how many slots a bucket has depend on the engine's page size and smallest buckets, which is why
 these are parameters and not constants: a profile measured with 64-token pages and a 16-slot
 sequence bucket walks 4x larger blocks and never fewer than 16 slots (with the default shapes
-assumed instead, its held-out error was 22.8%, with them 8.3%). A 128-query tile costs less per
+assumed instead, its held-out error was 23.5%, with them 10.0%, and 8.5% with the two tile kinds
+apart; `benchmarks/results/predictor_cpu.md`). A 128-query tile costs less per
 query than a 32-query one (each walks the same keys), so the two kinds are counted apart and a
 128-token chunk can cost less than a 96-token one. Pure Python.
 """
@@ -20,6 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# The XLA backend's defaults, restated here so the scheduler stays free of JAX imports
+# (tests/scheduler/test_predictor.py checks they agree with pallas_kernels.reference)
 PREFILL_BLOCK_PAGES = 16  # pages per key block of a prefill tile (paged_attention_xla prefill_block_pages)
 DECODE_BLOCK_PAGES = 8  # pages per key block of the decode loop (paged_attention_xla block_pages)
 
