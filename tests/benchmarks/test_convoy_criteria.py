@@ -1,0 +1,35 @@
+"""benchmarks/convoy.py's pass/fail lines: the long request's slowdown against the baseline of the
+same round (median over rounds) when both ran in rounds, the pooled medians otherwise."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+convoy = pytest.importorskip("convoy")
+
+
+def _summary(long_s, p99=0.5, misses=0):
+    return {"short": {"ttft_p99_s": p99, "deadline_misses": misses}, "long_completion_s": long_s}
+
+
+def test_long_ratio_is_the_median_of_each_rounds_own_ratio():
+    # the VM slowed down after the first round: against the first baseline alone slo looks 1.4x
+    summaries = {"fcfs_nonchunked": _summary(25.0, p99=20.0), "slo": _summary(35.0), "edf": _summary(38.0, misses=3)}
+    rounds = {"fcfs_nonchunked": [25.0, 32.0, 31.0], "slo": [29.0, 35.0, 36.0], "edf": [33.0, 38.0, 40.0]}
+    c = convoy.criteria(summaries, rounds)
+    assert c["long_completion_round_ratios"] == pytest.approx([29 / 25, 35 / 32, 36 / 31])
+    assert c["long_completion_ratio"] == pytest.approx(29 / 25) and c["long_completion_within_1_3x"]
+    assert c["no_worse_than_edf"] and c["short_p99_ttft_at_least_10x_lower"]
+    assert "median 1.16x" in "\n".join(convoy.criteria_lines(c))
+
+
+def test_without_rounds_on_both_sides_the_pooled_completions_are_compared():
+    summaries = {"fcfs_nonchunked": _summary(25.0, p99=20.0), "slo": _summary(35.0)}
+    for rounds in (None, {"slo": [29.0, 35.0, 36.0]}, {"fcfs_nonchunked": [25.0], "slo": [29.0, 35.0]}):
+        c = convoy.criteria(summaries, rounds)
+        assert c["long_completion_ratio"] == pytest.approx(1.4) and not c["long_completion_within_1_3x"]
+        assert "long_completion_round_ratios" not in c
