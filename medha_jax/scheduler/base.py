@@ -113,6 +113,12 @@ class Scheduler:
         self.records = IterationLog(config.max_records)
         self.num_preemptions = 0
         self._tpot_targets: dict[float, int] = {}  # live per-request TPOT targets -> how many
+        self.busy_until = -math.inf
+        """When the last scheduled batch is predicted to end (with async scheduling it may still be
+        running when the next is formed): the next batch's start, for `tpot_bank`."""
+        self.passed_over: set[Request] = set()
+        """Prefills the packer left out of this iteration to run a whole tile in the next one."""
+        self.passed_over_last: set[Request] = set()
         self.groups = kv_manager.kvp if kv_manager.per_group_batches else 1
         """Batches that run in one iteration: one per kvp group when the groups run their own, each
         held to max_num_seqs and max_num_batched_tokens on its own (`room`)."""
@@ -221,6 +227,7 @@ class Scheduler:
     # ---- one iteration -----------------------------------------------------------------------
     def schedule(self, now: float) -> ScheduledBatch:
         batch = ScheduledBatch(group_rows=[0] * self.groups, group_tokens=[0] * self.groups)
+        self.passed_over_last, self.passed_over = self.passed_over, set()
         self._schedule_decodes(batch, now)
         n_decodes = len(batch.seqs)
         self.packer.pack_prefills(self, batch, now)
@@ -234,6 +241,8 @@ class Scheduler:
             else:
                 comp = Composition.from_batch(batch)
                 batch.predicted_time = predict_pairs(self.predictor, self.kv, comp.seqs, comp.groups)
+        if batch.predicted_time:
+            self.busy_until = max(now, self.busy_until) + batch.predicted_time
         return batch
 
     def on_batch_done(self, batch: ScheduledBatch, now: float, measured_time: float | None = None, *,

@@ -74,6 +74,10 @@ class SchedulerConfig:
     (per kvp group), and long prefills yield part of t_target to others (space sharing)."""
     rho_max: float = 0.5
     """Largest fraction of t_target a long prefill yields to others (space sharing)."""
+    bank_cap: float = 1.5
+    """Most an iteration may take, in t_targets, when its decodes are ahead of their mean-TPOT
+    schedule (`tpot_bank`), and only to run a prefill chunk in whole attention tiles (a runtime
+    profile with tiled terms). 1: every iteration within t_target (the paper's hard budget)."""
     prefill_cache_granularity: int = 256
     """Token granularity of the simulated prefill-time cache (Algorithm 3)."""
     prefill_cache_dir: str | None = "~/.cache/medha_jax/prefill_times"
@@ -132,6 +136,8 @@ class SchedulerConfig:
             raise ValueError(f"multi_prefill_fraction must be in (0, 1], got {self.multi_prefill_fraction!r}")
         if not 0.0 <= self.rho_max < 1.0:
             raise ValueError(f"rho_max must be in [0, 1), got {self.rho_max!r}")
+        if not 1.0 <= self.bank_cap <= 4.0:
+            raise ValueError(f"bank_cap must be in [1, 4] t_targets, got {self.bank_cap!r}")
 
     @property
     def depth(self) -> int:

@@ -11,6 +11,11 @@
           predicted batch time fits the budget (binary search, accept within accept_within; where
           a chunk of a multiple of the predictor's chunk_period can cost less than a smaller one,
           the search allows for it)
+      whole tiles (a tiled profile, decodes in the batch, not the prompt's last chunk): a chunk
+          ending inside an attention tile that costs TILE_GAIN more per token than the whole tile
+          grows to the whole tile if the decodes banked the time (`tpot_bank`: ahead of their
+          mean-TPOT schedule; at most bank_cap * t_target), or waits one iteration if they would
+          bank it while this one runs without it (never twice in a row)
       pages reserved (running prefills may preempt lower-priority partial prefills) -> into batch
   batch.predicted_time = the predictor's estimate for the whole batch
 
@@ -18,7 +23,12 @@ The budget is one iteration's: `Scheduler.t_target`, the per-token target over t
 (a stream-pipelined engine's token passes spp ticks). In batch mode with no live TPOT target (`Scheduler.t_target` is infinite) every budget is
 infinite: chunks are as large as the token cap and max_chunk allow, in the policy's order.
 Adaptive chunking falls out: as a prefill's KV grows, each token costs more attention time, so the
-chunk that fits shrinks. If nothing at all would run (no decodes, no chunk fits the budget), the
+chunk that fits shrinks. Departure from the paper's hard budget (bank_cap > 1): on the CPU's XLA
+attention a 64- or 96-token chunk costs 1.3x more per token than a 128-token one at any context
+(two or three 32-query tiles walk the keys that one 128-query tile walks once; the start-up
+profile at the convoy benchmark's shapes), and under that benchmark's budget a long prompt's
+chunks past ~20K cached keys were 64 tokens beside decodes. What a TPOT target bounds, each
+decode's mean time per output token, is kept; one iteration may take up to bank_cap * t_target. If nothing at all would run (no decodes, no chunk fits the budget), the
 best candidate still gets `min_chunk` tokens so that a prefill whose smallest chunk overruns
 t_target is slow rather than stuck. A waiting request that cannot get pages stops the admission
 of further waiting requests this iteration (memory is not given to later arrivals first).
@@ -33,6 +43,11 @@ from medha_jax.batch import ScheduledBatch
 from medha_jax.kvp_layout import owner
 from medha_jax.scheduler.chunking import largest_chunk
 from medha_jax.scheduler.kvp_cost import batch_cost
+from medha_jax.scheduler.tpot_bank import decode_slack
+
+TILE_GAIN = 0.1
+"""A chunk ending inside an attention tile is grown to the whole tile (or waits for it) only when
+it costs this much more per token than the whole tile."""
 
 
 class TimeBudgetPacker:
@@ -53,6 +68,8 @@ class TimeBudgetPacker:
                         period=self.predictor.chunk_period)
         cost = batch_cost(self.predictor, sched.kv)
         kv = sched.kv
+        whole_tiles = (self.predictor.chunk_period > 0 and cfg.bank_cap > 1.0 and cfg.depth == 1
+                       and not kv.per_group_batches and t_target < math.inf and bool(batch.seqs))
         if kv.kvp == 1:
             starts = [s.start_pos for s in batch.seqs]  # phase 1 put only decodes here
             cost.add_decodes(len(starts), sum(starts), max(starts, default=0))
@@ -123,6 +140,10 @@ class TimeBudgetPacker:
                 if batch.seqs:
                     continue
                 n = min(req.num_remaining_tokens, cfg.min_chunk, tokens_left)
+            elif whole_tiles and n < req.num_remaining_tokens and n % self.predictor.chunk_period:
+                n = self._whole_tiles(sched, batch, cost, req, processed, h, n, tokens_left, t_pred, now)
+                if n == 0:
+                    continue
             n = sched.rows_for(req, n, batch, g_own)  # a prompt being scored: one logits row per token
             if n <= 0:
                 continue
@@ -140,3 +161,24 @@ class TimeBudgetPacker:
                 long_groups.update(groups)
         batch.predicted_time = t_pred if batch.seqs else None
 
+    def _whole_tiles(self, sched, batch: ScheduledBatch, cost, req, processed: int, h: int, n: int, limit: int,
+                     t_pred: float, now: float) -> int:
+        """The chunk for `req` when its budgeted chunk `n` ends inside an attention tile: the whole
+        tile if the decodes' banked time covers it; 0 (wait) if they would bank enough while this
+        iteration runs without it and `req` did not wait last iteration; else n."""
+        p = self.predictor
+        up = min((n // p.chunk_period + 1) * p.chunk_period, req.num_remaining_tokens, limit)
+        if up <= n or p.chunk_time(n, processed) * up <= (1.0 + TILE_GAIN) * p.chunk_time(up, processed) * n:
+            return n
+        slack = decode_slack(batch, max(now, sched.busy_until), sched.token_target)
+        if slack is None:
+            return n
+        t_target = sched.t_target
+        cap = sched.config.bank_cap * t_target
+        t_up = cost.time_with(up, processed, h)
+        if t_up <= min(cap, slack):
+            return up
+        if req not in sched.passed_over_last and t_up <= min(cap, slack + t_target - t_pred):
+            sched.passed_over.add(req)
+            return 0
+        return n

@@ -1,0 +1,32 @@
+"""Time the decodes of a batch have banked by running ahead of their mean-TPOT schedule.
+
+  decodes in the batch (first token time t1, m tokens sampled, pending ones included)
+  + when this iteration starts (after the one in flight, as predicted) + the token target T
+  --> slack = min over decodes of (t1 + m * T - start): how long this iteration may take while
+      every decode's (m+1)-th token keeps the mean time per output token after the first within T
+
+A request's TPOT is that mean (what `RequestOutput.metrics.tpot` and the server's histogram report,
+and what vLLM and the Medha paper's evaluation measure). While an iteration takes less than T, each
+of its decodes gets ahead of that schedule; the time-budget packer may spend that lead on one
+longer iteration, to run a prefill chunk in a whole attention tile instead of a partial one that
+costs more per token (`time_budget.TilePacking`). Pure Python.
+"""
+
+from __future__ import annotations
+
+from medha_jax.batch import ScheduledBatch
+
+
+def decode_slack(batch: ScheduledBatch, start: float, token_target: float) -> float | None:
+    """Least slack over the batch's decodes (seconds, may be negative: behind schedule); None when
+    the batch holds no decode or a decode's first token is still on the device (its time unknown)."""
+    slack = None
+    for seq in batch.seqs:
+        r = seq.request
+        if seq.num_tokens != 1 or not r.has_sampled:
+            continue  # a prefill chunk
+        if r.first_token_time is None:
+            return None
+        s = r.first_token_time + (r.num_output_tokens + r.num_pending_tokens) * token_target - start
+        slack = s if slack is None else min(slack, s)
+    return slack
