@@ -308,8 +308,9 @@ class SLOPolicy(DeadlinePolicy):
     admitted EDF schedule runs before it instead (none of the admitted is made late, and a short
     request that missed waits the least it can, not behind a long one due much later). They rejoin
     the EDF order once they fit again with REJOIN more work than estimated. The scan assumes the
-    prefill share averaged over recent iterations (SHARE_EMA), not this iteration's: with both, a request on the edge of feasibility stays on
-    one side instead of trading places with another every iteration. Once the best set-aside
+    prefill share averaged over recent iterations (SHARE_EMA), not this iteration's: with both, a
+    request on the edge of feasibility stays on one side instead of trading places with another
+    every iteration. Once the best set-aside
     request has waited more than STARVING x its deadline D, one iteration in round(1 /
     `min_share`) puts it first, so set-aside work always progresses (no starvation, even under a
     saturating stream of short requests) without taking time from requests that can still make

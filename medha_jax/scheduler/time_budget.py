@@ -28,9 +28,10 @@ attention a 64- or 96-token chunk costs 1.3x more per token than a 128-token one
 (two or three 32-query tiles walk the keys that one 128-query tile walks once; the start-up
 profile at the convoy benchmark's shapes), and under that benchmark's budget a long prompt's
 chunks past ~20K cached keys were 64 tokens beside decodes. What a TPOT target bounds, each
-decode's mean time per output token, is kept; one iteration may take up to bank_cap * t_target. If nothing at all would run (no decodes, no chunk fits the budget), the
-best candidate still gets `min_chunk` tokens so that a prefill whose smallest chunk overruns
-t_target is slow rather than stuck. A waiting request that cannot get pages stops the admission
+decode's mean time per output token, is kept; one iteration may take up to bank_cap * t_target.
+If nothing at all would run (no decodes, no chunk fits the budget), the best candidate still gets
+`min_chunk` tokens so that a prefill whose smallest chunk overruns t_target is slow rather than
+stuck. A waiting request that cannot get pages stops the admission
 of further waiting requests this iteration (memory is not given to later arrivals first).
 Pure Python, no JAX.
 """
@@ -68,6 +69,7 @@ class TimeBudgetPacker:
                         period=self.predictor.chunk_period)
         cost = batch_cost(self.predictor, sched.kv)
         kv = sched.kv
+        # whole tiles need a tiled profile and decodes to bank time (batch.seqs: phase 1's decodes)
         whole_tiles = (self.predictor.chunk_period > 0 and cfg.bank_cap > 1.0 and cfg.depth == 1
                        and not kv.per_group_batches and t_target < math.inf and bool(batch.seqs))
         if kv.kvp == 1:
@@ -140,7 +142,7 @@ class TimeBudgetPacker:
                 if batch.seqs:
                     continue
                 n = min(req.num_remaining_tokens, cfg.min_chunk, tokens_left)
-            elif whole_tiles and n < req.num_remaining_tokens and n % self.predictor.chunk_period:
+            elif whole_tiles and n % self.predictor.chunk_period:
                 n = self._whole_tiles(sched, batch, cost, req, processed, h, n, tokens_left, t_pred, now)
                 if n == 0:
                     continue
@@ -163,7 +165,8 @@ class TimeBudgetPacker:
 
     def _whole_tiles(self, sched, batch: ScheduledBatch, cost, req, processed: int, h: int, n: int, limit: int,
                      t_pred: float, now: float) -> int:
-        """The chunk for `req` when its budgeted chunk `n` ends inside an attention tile: the whole
+        """The chunk for `req` when its budgeted chunk `n` ends inside an attention tile (n itself
+        when it is the prompt's last chunk: the tile is capped at the remainder): the whole
         tile if the decodes' banked time covers it; 0 (wait) if they would bank enough while this
         iteration runs without it and `req` did not wait last iteration; else n."""
         p = self.predictor

@@ -9,7 +9,7 @@ A request's TPOT is that mean (what `RequestOutput.metrics.tpot` and the server'
 and what vLLM and the Medha paper's evaluation measure). While an iteration takes less than T, each
 of its decodes gets ahead of that schedule; the time-budget packer may spend that lead on one
 longer iteration, to run a prefill chunk in a whole attention tile instead of a partial one that
-costs more per token (`time_budget.TilePacking`). Pure Python.
+costs more per token (`TimeBudgetPacker._whole_tiles`). Pure Python.
 """
 
 from __future__ import annotations
