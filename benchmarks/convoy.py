@@ -6,25 +6,30 @@
 
   1. calibrate: start `python -m medha_jax.serve` (demo model, fcfs_nonchunked) and time whole-prompt
      prefills (server-side TTFT of max_tokens=1 probes) and a decode -> t(n) = a + b*n + c*n^2
-  2. choose, from that speed (all printed, all overridable):
+  2. the runtime profile edf/lars use: `python -m medha_jax.profile` (the full grid, ~30 s; measured
+     once, reused by every configuration; the quick third-of-the-grid profile predicted these
+     shapes 12% off, the full one 8.5%)
+  3. choose, from that speed and that profile (all printed, all overridable):
        L         the long prompt: the largest 2^m - 64 whose whole-prompt prefill is predicted to take
                  at most --long-prefill-target seconds (the convoy's length under non-chunked FCFS)
-       t_target  the iteration budget of edf/lars: 1.5 x the time of the smallest chunk (min_chunk
-                 tokens) at KV length L, so the long prefill still fits beside decodes at its end.
-                 (With the GPU default, 50 ms, a min-size chunk of the long prompt overruns the budget
-                 once its KV is long: it runs 32 tokens per iteration, and not at all while decodes
-                 are running; measured: results/convoy_t_target_0.05.md, long prompt 2.6x later.)
+       t_target  the iteration budget of edf/lars: 1.2 x the runtime profile's time of one whole
+                 attention tile (tile_q query tokens) at the long prompt's end, so its chunks can stay
+                 whole tiles to the last one (the 0.2 margin: the profile's ~8% held-out error and
+                 the decodes beside the tile). A budget below that makes every budget-keeping policy
+                 run the long prompt in small tiles, which cost 1.37x more per token on a CPU; the
+                 rule before (1.5 x the calibration fit's time of a 32-token chunk, a fit with no
+                 tiles in it) swung 0.05-0.18 s between runs of the same engine with the VM's minute,
+                 and the long request's slowdown with it (results/convoy_load0.2_*.md). With the GPU
+                 default, 50 ms, a min-size chunk of the long prompt overruns the budget once its KV
+                 is long: measured: results/convoy_t_target_0.05.md, long prompt 2.6x later.
        deadline_min  max(0.5 s, 4 x t_target): the engine's 0.5 s floor unless an SLO that tight is
                  under ~4 iterations (the least a chunked scheduler needs to reach a first token)
        QPS       Poisson short requests: --short-load / mean whole-prompt prefill time of a short
                  prompt. The default 0.1 keeps the engine about a third busy with short traffic alone
                  (decode iterations included; the JSON records the measured busy fraction), so the
                  long prompt's prefill saturates it
-  3. the runtime profile edf/lars use: `python -m medha_jax.profile` (the full grid, ~30 s; measured
-     once, reused by every configuration; the quick third-of-the-grid profile predicted these
-     shapes 12% off, the full one 8.5%); TTFT deadlines = the engine's derived ones,
-     max(1.5 * T_prefill(P), deadline_min) from that profile's prefill-time cache, sent as SLO
-     hints to every configuration
+     TTFT deadlines = the engine's derived ones, max(1.5 * T_prefill(P), deadline_min) from the
+     profile's prefill-time cache, sent as SLO hints to every configuration
   4. one seeded workload (short requests from t=0, the long one(s) arriving while they flow), run
      through gRPC against a fresh server per configuration: fcfs_nonchunked (convoy baseline), lars,
      fcfs (Sarathi, fixed token budget), edf; the server's /metrics is polled for its busy time
@@ -68,6 +73,7 @@ from convoy_client import MetricsPoller, RequestSpec, ServerProcess, cpu_probe, 
 from convoy_report import markdown_table, plot_ttft_cdf, plot_ttft_over_time, summarize, text_table  # noqa: E402
 
 from medha_jax.scheduler.config import TIME_BUDGET_POLICIES, SchedulerConfig  # noqa: E402
+from medha_jax.scheduler.predictor import RuntimePredictor  # noqa: E402
 
 DEFAULT_POLICY = SchedulerConfig().policy
 TABLE_ORDER = ("fcfs_nonchunked", "fcfs", "srpt", "edf", "lrs", "lars", "slo")
@@ -219,16 +225,11 @@ def prefill_time(fit: dict, n: int) -> float:
     return fit["a"] + fit["b"] * n + fit["c"] * n * n
 
 
-def chunk_time(fit: dict, q: int, kv: int) -> float:
-    """A q-token chunk over kv cached tokens: q*kv + q^2/2 query-key pairs at 2c each (causal)."""
-    return fit["a"] + fit["b"] * q + fit["c"] * (q * q + 2 * q * kv)
-
-
 def calibrate(address: str, ns) -> dict:
     """Whole-prompt prefill times (best of two probes per size) -> t(n) = a + b*n + c*n^2. The
     probes reach half the context: with 4,096 tokens the largest, the fit's n^2 term, extrapolated
     8x to the 32K long prompt, put its time at 13.6-32.6 s on one day while it measured 25-30 s,
-    and t_target (from the fitted time of a chunk at that context) swung 0.05-0.18 s with it."""
+    and the long prompt's length and the short QPS follow from the fit."""
     sizes = [n for n in ((16, 32, 64) if ns.smoke else (512, 1024, 2048, 4096, 8192, 16384))
              if 2 * n <= ns.max_model_len]
     generate_once(address, 64, 2, seed=1)  # first request: any lazy set-up off the clock
@@ -246,9 +247,9 @@ def calibrate(address: str, ns) -> dict:
     return fit
 
 
-def choose(ns, fit: dict) -> dict:
+def choose(ns, fit: dict, pred) -> dict:
+    """fit: the calibration (whole-prompt prefill times); pred: the runtime profile's predictor."""
     why = {}
-    min_chunk = 32
     long_out = ns.long_output
     if ns.long_len is not None:
         L = ns.long_len
@@ -264,9 +265,11 @@ def choose(ns, fit: dict) -> dict:
         t_target = ns.t_target
         why["t_target"] = "given"
     else:
-        t_target = max(0.05, math.ceil(1.5 * chunk_time(fit, min_chunk, L) * 100) / 100)
-        why["t_target"] = (f"1.5 x predicted time of a {min_chunk}-token chunk at KV {L} "
-                           f"({chunk_time(fit, min_chunk, L):.3f} s), at least the default 0.05 s")
+        tile = min(pred.tiling.tile_q, L)
+        t_tile = pred.chunk_time(tile, L - tile)
+        t_target = max(0.05, math.ceil(1.2 * t_tile * 100) / 100)
+        why["t_target"] = (f"1.2 x the profile's time of a whole {tile}-token attention tile at the long prompt's end "
+                           f"({t_tile:.3f} s at KV {L - tile}), at least the default 0.05 s")
     if ns.deadline_min is not None:
         dmin = ns.deadline_min
         why["deadline_min"] = "given"
@@ -326,17 +329,16 @@ def ensure_profile(ns, flags: list[str], profile_dir: str, workdir: str) -> tupl
     return path, time.monotonic() - t0
 
 
-def deadline_fn(profile_path: str, choice: dict, ns):
+def deadline_fn(pred, choice: dict, ns):
     """The engine's derived TTFT deadline, D = max(deadline_k * T_prefill(P), deadline_min), with
-    T_prefill from the same profile, t_target and chunk settings as the edf/lars servers use;
-    also returns the predictor and T_prefill itself."""
-    from medha_jax.scheduler import PrefillTimeCache, RuntimePredictor, SchedulerConfig
+    T_prefill from the same profile (pred), t_target and chunk settings as the edf/lars servers
+    use; also returns T_prefill itself."""
+    from medha_jax.scheduler import PrefillTimeCache, SchedulerConfig
 
-    pred = RuntimePredictor.load(profile_path)
     cfg = SchedulerConfig(policy="lars", t_target=choice["t_target"], deadline_min=choice["deadline_min"],
                           max_num_seqs=ns.max_num_seqs, max_num_batched_tokens=ns.max_num_batched_tokens)
     cache = PrefillTimeCache(pred, cfg)
-    return (lambda n: max(cfg.deadline_k * cache.total_time(n), cfg.deadline_min)), pred, cache.total_time
+    return (lambda n: max(cfg.deadline_k * cache.total_time(n), cfg.deadline_min)), cache.total_time
 
 
 def make_workload(ns, choice: dict, deadline) -> list[RequestSpec]:
@@ -495,7 +497,12 @@ def main(argv=None) -> int:
         log(f"server up in {server.startup_s:.0f} s at {server.address}")
         report["calibration"] = fit = calibrate(server.address, ns)
         report["calibration"]["load"] = load_snapshot()
-        choice = choose(ns, fit)
+        # 2: the runtime profile (t_target derives from its attention tiles)
+        prof_path, prof_s = ensure_profile(ns, flags, profile_dir, workdir)
+        pred = RuntimePredictor.load(prof_path)
+        report["profile"] = {"path": prof_path, "measured_s": round(prof_s, 1), "coefficients": pred.coefficients,
+                             "tiling": dataclasses.asdict(pred.tiling), "fit": pred.fit_info, "load": load_snapshot()}
+        choice = choose(ns, fit, pred)
         report["choice"] = choice
         log(f"chose: long prompt {choice['long_len']} tokens x{choice['num_long']} at t={choice['long_arrival_s']:g} s "
             f"(predicted whole-prompt prefill {choice['predicted_long_prefill_nonchunked_s']:.1f} s); "
@@ -504,14 +511,11 @@ def main(argv=None) -> int:
             f"t_target {choice['t_target']:g} s; deadline_min {choice['deadline_min']:g} s")
         for k, v in choice["why"].items():
             log(f"  {k}: {v}")
-        # 3: the runtime profile and the deadlines
-        prof_path, prof_s = ensure_profile(ns, flags, profile_dir, workdir)
-        deadline, pred, t_prefill = deadline_fn(prof_path, choice, ns)
+        # 3: the deadlines
+        deadline, t_prefill = deadline_fn(pred, choice, ns)
         # what the budget alone costs the long prompt: its prefill with every chunk's iteration
         # within t_target and nothing else running, against the whole prompt at once
         choice["predicted_long_prefill_budgeted_s"] = t_prefill(choice["long_len"])
-        report["profile"] = {"path": prof_path, "measured_s": round(prof_s, 1), "coefficients": pred.coefficients,
-                             "tiling": dataclasses.asdict(pred.tiling), "fit": pred.fit_info, "load": load_snapshot()}
         specs = make_workload(ns, choice, deadline)
         n_short = sum(s.kind == "short" for s in specs)
         long_d = [s.ttft_deadline_s for s in specs if s.kind == "long"]
@@ -653,13 +657,17 @@ def budget_floor_lines(choice: dict) -> list[str]:
     """The long prompt's prefill alone in chunks whose iterations fit t_target (the runtime
     profile's prediction, what its deadline derives from) vs all at once (the calibration's): a
     floor on its completion for any schedule that keeps iterations within t_target while shorts
-    decode. Older results lack it."""
+    decode. With the shorts' prefills beside it (a fraction `short_prefill_load` of the engine's
+    time) it stretches to budgeted / (1 - load), whatever the policy. Older results lack it."""
     budgeted, whole = choice.get("predicted_long_prefill_budgeted_s"), choice.get("predicted_long_prefill_nonchunked_s")
     if not budgeted or not whole:
         return []
+    load = choice.get("short_prefill_load", 0.0)
+    shared = budgeted / (1.0 - load) if load < 1.0 else float("inf")
     return [f"The long prompt alone, in chunks whose iterations fit t_target: {budgeted:.1f} s predicted, "
             f"{budgeted / whole:.2f}x its whole-prompt prefill ({whole:.1f} s predicted): the least any policy that "
-            f"keeps to the budget takes, before the shorts' share of the engine.", ""]
+            f"keeps to the budget takes, before the shorts' share of the engine; with the shorts' prefills "
+            f"beside it (load {load:.2f}), {shared:.1f} s = {shared / whole:.2f}x.", ""]
 
 
 def _median_long_completion(rec: dict) -> None:
