@@ -410,6 +410,8 @@ class SLOPolicy(DeadlinePolicy):
         (class, then deadline), those whose remaining work fits in the least slack of the admitted
         EDF schedule (`spare_time`, on the scan's server), so none of the admitted is made late;
         at most BORROW_SCAN entries are looked at, so overload stays O(requests in time)."""
+        if not admitted_jobs:  # nothing to run before: `later` is the order already
+            return [], later
         spare = self.BORROW_FRACTION * spare_time(admitted_jobs, now, rate=self._share or 1.0, margin=self._margin,
                                                   inflate=self.inflate)
         if not spare > 0.0:

@@ -255,12 +255,13 @@ class RuntimePredictor:
 class BatchCost:
     """Running feature sums of a batch being packed: O(1) per added seq and per what-if query."""
 
-    __slots__ = ("c", "tiling", "corr", "tokens", "chunk_kv", "chunk_sq", "decodes", "decode_kv", "max_ctx", "n",
-                 "tiles", "small", "max_dkv")
+    __slots__ = ("c", "tiling", "tiled", "corr", "tokens", "chunk_kv", "chunk_sq", "decodes", "decode_kv", "max_ctx",
+                 "n", "tiles", "small", "max_dkv")
 
     def __init__(self, predictor: RuntimePredictor, raw: bool = False):
         self.c = predictor._coef
         self.tiling = predictor.tiling
+        self.tiled = bool(self.c[8] or self.c[10])  # else the tile terms are 0: skip counting tiles
         self.corr = 1.0 if raw else predictor.correction
         self.tokens = self.chunk_kv = self.chunk_sq = self.decodes = self.decode_kv = self.max_ctx = 0
         self.n = self.max_dkv = 0
@@ -278,9 +279,10 @@ class BatchCost:
         else:
             self.chunk_kv += q * kv
             self.chunk_sq += q * q
-            b, s = tile_work(self.tiling, q, kv)
-            self.tiles += b
-            self.small += s
+            if self.tiled:
+                b, s = tile_work(self.tiling, q, kv)
+                self.tiles += b
+                self.small += s
 
     def add_decodes(self, n: int, kv_sum: int, kv_max: int = 0) -> None:
         """n decodes whose cached lengths sum to kv_sum, the longest kv_max."""
@@ -308,6 +310,6 @@ class BatchCost:
         if q == 1 and kv > 0:
             return self._t(self.tokens + 1, self.chunk_kv, self.chunk_sq, self.decodes + 1, self.decode_kv + kv, ctx,
                            self.tiles, self.small, self.n + 1, max(self.max_dkv, kv))
-        b, s = tile_work(self.tiling, q, kv)
+        b, s = tile_work(self.tiling, q, kv) if self.tiled else (0.0, 0.0)
         return self._t(self.tokens + q, self.chunk_kv + q * kv, self.chunk_sq + q * q, self.decodes, self.decode_kv,
                        ctx, self.tiles + b, self.small + s, self.n + 1, self.max_dkv)
