@@ -197,7 +197,10 @@ class KVCacheManager:
             if not tables:
                 tables = self.tables[rid] = [[]]
                 self.first_groups[rid] = h
-            tables[b].extend(alloc.allocate(n))
+            if n == 1:
+                tables[b].append(alloc.allocate_one())
+            else:
+                tables[b].extend(alloc.allocate(n))
             self.covered[rid] = covered + n * self.page_size
             return True
         if not self.can_allocate(request, num_new_tokens, group):

@@ -93,6 +93,21 @@ class PageAllocator:
             rc[p] = 1
         return pages
 
+    def allocate_one(self) -> int:
+        """`allocate(1)[0]`, for the scheduler's decode pass (a decode crossing a page boundary)."""
+        if self._free:
+            p = self._free.pop()
+        elif self._parked:
+            p = next(iter(self._parked))
+            del self._parked[p]
+            self._cached.discard(p)
+            if self.on_evict is not None:
+                self.on_evict(p)
+        else:
+            raise OutOfPagesError(f"asked for 1 page, 0 of {self._num_pages} free")
+        self._refcount[p] = 1
+        return p
+
     def mark_cached(self, page: int) -> None:
         """The prefix cache now points at this held page: park it instead of freeing it at refcount 0."""
         self._check(page)

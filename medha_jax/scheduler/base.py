@@ -515,10 +515,12 @@ class Scheduler:
         covered = self.kv.covered
         tables = self.kv.tables
         first_groups = self.kv.first_groups
+        one_group = self.kv.kvp == 1  # every request's first group is 0
         max_len = self.max_model_len
+        preempted = batch.preempted
         append, fly, new, seq = seqs.append, in_flight.add, tuple.__new__, ScheduledSeq
         n = len(seqs)
-        for req in list(running):
+        for req in tuple(running):
             if req in in_flight:
                 continue
             out = req.output_token_ids
@@ -531,18 +533,18 @@ class Scheduler:
                 continue
             if pending and at_length(req, max_len):
                 continue  # its pending token is its last, whatever its id: nothing more to compute
+            rid = req.request_id
             if per_group:
-                g = (first_groups[req.request_id] + done // M) % k  # the group holding `done` (kvp_layout.owner, inlined)
+                g = (first_groups[rid] + done // M) % k  # the group holding `done` (kvp_layout.owner, inlined)
                 if g_rows[g] >= cap:
                     continue
             elif n >= cap:
                 continue
-            if batch.preempted and req not in running:
+            if preempted and req not in running:
                 continue  # preempted as a victim of an earlier decode
-            rid = req.request_id
             if done >= covered.get(rid, 0) and not self.reserve(req, 1, batch, now):
                 continue  # position `done` needed a new page and got none: it preempted itself
-            append(new(seq, (req, done, 1, tables[rid], True, 1, first_groups[rid])))
+            append(new(seq, (req, done, 1, tables[rid], True, 1, 0 if one_group else first_groups[rid])))
             fly(req)
             n += 1
             if per_group:

@@ -80,3 +80,37 @@ def test_never_hands_out_a_page_twice(ops):
         flat = [p for h in held for p in h]
         assert len(flat) == len(set(flat))
         assert a.num_free == 10 - len(flat)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 9)), max_size=60))
+def test_allocate_one_is_allocate_1(ops):
+    """The decode pass's one-page path hands out the page allocate(1) would (never-cached pages
+    first, then the least recently parked cached one, evicted), on any history of allocations,
+    caching and frees; and raises as it does when none is free."""
+    a, b = PageAllocator(6), PageAllocator(6)
+    evicted_a, evicted_b = [], []
+    a.on_evict, b.on_evict = evicted_a.append, evicted_b.append
+    held: list[int] = []
+    for op, i in ops:
+        if op == 0:  # one page
+            if a.num_free:
+                p = a.allocate_one()
+                assert [p] == b.allocate(1)
+                held.append(p)
+            else:
+                with pytest.raises(OutOfPagesError):
+                    a.allocate_one()
+        elif op == 1 and held:  # the prefix cache keeps a held page's contents
+            p = held[i % len(held)]
+            for x in (a, b):
+                x.mark_cached(p)
+        elif op == 2 and held:  # free one (a cached one is parked)
+            p = held.pop(i % len(held))
+            a.free([p])
+            b.free([p])
+        elif op == 3 and a.num_free >= 2:  # several at once
+            ps = a.allocate(2)
+            assert ps == b.allocate(2)
+            held.extend(ps)
+        assert (a.num_free, evicted_a) == (b.num_free, evicted_b)
