@@ -3,12 +3,11 @@
 Data flow of `forward` (shapes per device; T tokens, S sequences, D width, H/tp query heads,
 K = KVHr/tp kv heads, Dh head width, F/tp MLP columns, V/tp vocab rows):
 
-    token_ids -> vocab-parallel embedding lookup, psum(tp)            x: [T, D]
 Each kvp group runs its own batch of T tokens (`model.inputs`); x is that group's.
 
     token_ids -> vocab-parallel embedding lookup, psum(tp)            x: [T, D]
     per local layer (lax.scan over the [L/spp, ...] stack):
-        RMSNorm -> q [T, H/tp, Dh], k/v [T, K, Dh] -> RoPE(q, k)
+        RMSNorm -> q [T, H/tp, Dh], k/v [T, K, Dh] -> RoPE(q, k) (fp8 cache: q, k @ key_rotation)
         kvp == 1: write k/v at slot_mapping into this layer's pages (slot -1 dropped)
                   -> attention_fn over the pages -> o [T, H/tp, Dh]
         kvp > 1:  all_gather(kvp) q/k/v -> [kvp, T, ...] every group's tokens
@@ -112,6 +111,8 @@ def _layer(cfg: LlamaConfig, freq, inp: ModelInputs, attention_fn: AttentionFn, 
     v = jnp.einsum("td,dhk->thk", y, lp["wv"])  # v: [T, K, Dh]
     q = apply_rope(q, inp.positions, freq)
     k = apply_rope(k, inp.positions, freq)
+    if isinstance(kv_k, kv_cache.QuantizedPages):  # fp8 keys are stored rotated (`kv_cache`)
+        q, k = kv_cache.rotate_for_fp8(q), kv_cache.rotate_for_fp8(k)
     attn, kv_k, kv_v = _attend(attention_fn, q, k, v, kv_k, kv_v, layer, inp, cfg.head_dim ** -0.5)  # [T, H/tp, Dh]
     o = jnp.einsum("thk,hkd->td", attn.astype(x.dtype), lp["wo"])  # o: [T, D] partial sum
     x = x + lax.psum(o, "tp")

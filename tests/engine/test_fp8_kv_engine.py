@@ -24,9 +24,9 @@ import pytest
 from medha_jax import LLM, SamplingParams
 
 CKPT = Path(__file__).resolve().parent.parent / "data" / "tiny-llama3-trained"
-AGREE = 0.90  # measured 0.93 (benchmarks/results/fp8_kv.md); the goal is 0.95
-LOGPROB_MEAN_TOL = 0.1  # nats: mean drift of a shared token's log-probability (measured 0.056)
-LOGPROB_P90_TOL = 0.25  # nats: its 90th percentile (measured 0.15; the largest single drift was 1.06)
+AGREE = 0.95  # the goal; measured 0.962 with rotated keys (benchmarks/results/fp8_kv.md), 0.93 before
+LOGPROB_MEAN_TOL = 0.05  # nats: mean drift of a shared token's log-probability (measured 0.028; 0.056 unrotated)
+LOGPROB_P90_TOL = 0.12  # nats: its 90th percentile (measured 0.078; 0.15 unrotated)
 
 
 def _llm(kv_cache_dtype, **kw):
@@ -68,12 +68,14 @@ def runs():
 
 def test_greedy_tokens_follow_the_bf16_cache(runs):
     same = sum(a[0] == b[0] for a, b in zip(runs["bf16"], runs["fp8"]))
+    print(f"fp8 vs bf16 cache: {same} of {len(runs['bf16'])} greedy tokens agree")
     assert same / len(runs["bf16"]) >= AGREE, f"{same} of {len(runs['bf16'])} positions agree"
 
 
 def test_logprobs_stay_within_the_stated_tolerance(runs):
     both = [(a[1], b[1]) for a, b in zip(runs["bf16"], runs["fp8"]) if a[0] == b[0]]
     drift = sorted(abs(a - b) for a, b in both)
+    print(f"logprob drift mean {sum(drift) / len(drift):.4f}, p90 {drift[int(0.9 * len(drift))]:.4f}, max {drift[-1]:.4f}")
     assert sum(drift) / len(drift) < LOGPROB_MEAN_TOL, drift
     assert drift[int(0.9 * len(drift))] < LOGPROB_P90_TOL, drift
 
