@@ -1,7 +1,7 @@
 """Prefill-time cache (Algorithm 3): how long an adaptively chunked prefill of L tokens takes.
 
   predictor.chunk_time + t_target + chunk config
-  --simulate one prefill chunk by chunk (largest chunk fitting t_target at each KV length)-->
+  --simulate one prefill chunk by chunk (the packer's chunk at each KV length, `budget_chunk`)-->
   chunk boundaries with cumulative seconds --sampled every `granularity` tokens--> grid
   total_time(L) = grid interpolated at L;   remaining_time(total, processed) = T(total) - T(processed)
 
@@ -21,10 +21,10 @@ import hashlib
 import json
 import os
 
-from medha_jax.scheduler.chunking import largest_chunk
+from medha_jax.scheduler.chunking import budget_chunk
 from medha_jax.scheduler.config import SchedulerConfig
 
-_VERSION = 1
+_VERSION = 2  # 2: chunks cut back to whole attention tiles where that pays (budget_chunk)
 
 
 class PrefillTimeCache:
@@ -93,7 +93,7 @@ class PrefillTimeCache:
         huge = 1 << 62
         while starts[-1] <= upto:
             kv = starts[-1]
-            n, t = largest_chunk(lambda q: chunk_time(q, kv), huge, self.t_target, **self._chunk)
+            n, t = budget_chunk(lambda q: chunk_time(q, kv), huge, self.t_target, **self._chunk)
             if n == 0:  # even the smallest chunk overruns t_target: it still has to run
                 n = self._chunk["min_chunk"]
                 t = chunk_time(n, kv)

@@ -10,7 +10,8 @@
       chunk = largest multiple of chunk_granularity (min_chunk..max_chunk, last chunk exact) whose
           predicted batch time fits the budget (binary search, accept within accept_within; where
           a chunk of a multiple of the predictor's chunk_period can cost less than a smaller one,
-          the search allows for it)
+          the search allows for it), cut back to whole chunk_periods when those give more tokens
+          per second of batch time (`chunking.budget_chunk`; not the prompt's last chunk)
       whole tiles (a tiled profile, decodes in the batch, not the prompt's last chunk): a chunk
           ending inside an attention tile that costs TILE_GAIN more per token than the whole tile
           grows to the whole tile if the decodes banked the time (`tpot_bank`: ahead of their
@@ -42,7 +43,7 @@ import math
 
 from medha_jax.batch import ScheduledBatch
 from medha_jax.kvp_layout import owner
-from medha_jax.scheduler.chunking import largest_chunk
+from medha_jax.scheduler.chunking import budget_chunk
 from medha_jax.scheduler.kvp_cost import batch_cost
 from medha_jax.scheduler.tpot_bank import decode_slack
 
@@ -136,7 +137,7 @@ class TimeBudgetPacker:
             tokens_left, rows_left = sched.room(batch, req, g_own)
             if tokens_left <= 0 or rows_left <= 0:
                 continue
-            n, _ = largest_chunk(lambda q: cost.time_with(q, processed, h), req.num_remaining_tokens, budget,
+            n, _ = budget_chunk(lambda q: cost.time_with(q, processed, h), req.num_remaining_tokens, budget,
                                  limit=tokens_left, **chunk_kw)
             if n == 0:
                 if batch.seqs:

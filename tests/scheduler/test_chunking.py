@@ -1,4 +1,4 @@
-from medha_jax.scheduler.chunking import largest_chunk
+from medha_jax.scheduler.chunking import budget_chunk, largest_chunk
 
 KW = dict(granularity=32, min_chunk=32, max_chunk=8192, accept_within=0.0)
 
@@ -81,3 +81,42 @@ def test_the_period_search_finds_what_trying_every_candidate_finds():
         assert largest_chunk(t, remaining, budget, limit=limit, period=128, **kw)[0] == want
         plain_missed += largest_chunk(t, remaining, budget, limit=limit, **kw)[0] != want
     assert plain_missed > 0  # a search that assumes times only grow misses some
+
+
+def test_a_dear_narrow_tail_is_cut_back_to_the_whole_tiles():
+    # 160 tokens = one wide tile + one narrow one; the narrow one walks as many keys as the wide
+    # one for a quarter of the tokens: 128 tokens give more tokens per second, 160 is cut back
+    t = tiled(wide=0.1, narrow=0.05, a=1e-3)
+    assert largest_chunk(t, 100_000, 0.16, period=128, **KW)[0] == 160
+    assert 128 / t(128) > 160 / t(160)
+    assert budget_chunk(t, 100_000, 0.16, period=128, **KW) == (128, t(128))
+    # the prompt's last chunk is exact: never cut (its narrow tile has to run some time)
+    assert budget_chunk(t, 160, 0.16, period=128, **KW) == (160, t(160))
+    # a fixed cost per iteration (decodes beside the chunk) that outweighs the narrow tile keeps it
+    t2 = tiled(wide=0.02, narrow=0.004, a=0.08)
+    assert 160 / t2(160) > 128 / t2(128)
+    assert budget_chunk(t2, 100_000, t2(160), period=128, **KW) == (160, t2(160))
+    # below one tile, or without tiles (period 0), it is largest_chunk
+    assert t(64) < t(128)
+    assert budget_chunk(t, 100_000, t(64), period=128, **KW) == (64, t(64))
+    assert budget_chunk(t, 100_000, 0.16, **KW) == largest_chunk(t, 100_000, 0.16, **KW)
+
+
+def test_budget_chunk_gives_the_most_tokens_per_second_of_the_two():
+    import random
+
+    rng = random.Random(1)
+    cut = 0
+    for _ in range(300):
+        t = tiled(rng.uniform(1e-3, 0.03), rng.uniform(1e-3, 0.02), a=rng.uniform(0, 0.05))
+        remaining, budget = rng.choice([300, 1000, 100_000]), rng.uniform(0.0, 0.3)
+        n0, t0 = largest_chunk(t, remaining, budget, period=128, **KW)
+        n, tn = budget_chunk(t, remaining, budget, period=128, **KW)
+        assert tn <= budget or n == 0
+        if n != n0:
+            cut += 1
+            assert n == n0 // 128 * 128 and n0 < remaining and n / tn >= n0 / t0
+        elif n0 > 128 and n0 % 128 and n0 < remaining:
+            m = n0 // 128 * 128
+            assert n0 / t0 > m / t(m)
+    assert cut > 0
