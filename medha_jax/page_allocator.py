@@ -82,12 +82,7 @@ class PageAllocator:
         del self._free[len(self._free) - k:]
         pages.reverse()
         for _ in range(n - k):
-            p = next(iter(self._parked))
-            del self._parked[p]
-            self._cached.discard(p)
-            if self.on_evict is not None:
-                self.on_evict(p)
-            pages.append(p)
+            pages.append(self._evict_parked())
         rc = self._refcount
         for p in pages:
             rc[p] = 1
@@ -98,14 +93,19 @@ class PageAllocator:
         if self._free:
             p = self._free.pop()
         elif self._parked:
-            p = next(iter(self._parked))
-            del self._parked[p]
-            self._cached.discard(p)
-            if self.on_evict is not None:
-                self.on_evict(p)
+            p = self._evict_parked()
         else:
             raise OutOfPagesError(f"asked for 1 page, 0 of {self._num_pages} free")
         self._refcount[p] = 1
+        return p
+
+    def _evict_parked(self) -> int:
+        """The least recently parked cached page, taken out of the cache (`on_evict` told first)."""
+        p = next(iter(self._parked))
+        del self._parked[p]
+        self._cached.discard(p)
+        if self.on_evict is not None:
+            self.on_evict(p)
         return p
 
     def mark_cached(self, page: int) -> None:

@@ -7,8 +7,8 @@
                   second of batch time are at least n's (not for the prompt's last chunk)
 
 Used by the time-budget packer (Algorithm 2) and the prefill-time cache (Algorithm 3), so both
-make the same choice (`budget_chunk`). Candidates are the multiples of `chunk_granularity` from `min_chunk` up to
-min(max_chunk, limit), plus `limit` itself when it is the request's remainder (the last chunk is
+make the same choice (`budget_chunk`). Candidates are the multiples of `chunk_granularity` from
+`min_chunk` up to min(max_chunk, limit), plus `limit` itself when it is the request's remainder (the last chunk is
 exact). Assumes time_of never decreases with n, except possibly where n reaches a multiple of
 `period` (the XLA attention runs a chunk's multiples of 128 tokens in wide tiles and the rest in
 narrow ones, so 128 tokens can cost less than 96): then the search first finds the largest

@@ -138,7 +138,7 @@ class TimeBudgetPacker:
             if tokens_left <= 0 or rows_left <= 0:
                 continue
             n, _ = budget_chunk(lambda q: cost.time_with(q, processed, h), req.num_remaining_tokens, budget,
-                                 limit=tokens_left, **chunk_kw)
+                                limit=tokens_left, **chunk_kw)
             if n == 0:
                 if batch.seqs:
                     continue

@@ -68,14 +68,12 @@ def runs():
 
 def test_greedy_tokens_follow_the_bf16_cache(runs):
     same = sum(a[0] == b[0] for a, b in zip(runs["bf16"], runs["fp8"]))
-    print(f"fp8 vs bf16 cache: {same} of {len(runs['bf16'])} greedy tokens agree")
     assert same / len(runs["bf16"]) >= AGREE, f"{same} of {len(runs['bf16'])} positions agree"
 
 
 def test_logprobs_stay_within_the_stated_tolerance(runs):
     both = [(a[1], b[1]) for a, b in zip(runs["bf16"], runs["fp8"]) if a[0] == b[0]]
     drift = sorted(abs(a - b) for a, b in both)
-    print(f"logprob drift mean {sum(drift) / len(drift):.4f}, p90 {drift[int(0.9 * len(drift))]:.4f}, max {drift[-1]:.4f}")
     assert sum(drift) / len(drift) < LOGPROB_MEAN_TOL, drift
     assert drift[int(0.9 * len(drift))] < LOGPROB_P90_TOL, drift
 

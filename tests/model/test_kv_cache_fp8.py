@@ -16,8 +16,7 @@ import pytest
 
 from medha_jax.demo_model import DEMO_CONFIG, byte_tokenizer, load_demo
 from medha_jax.mesh import make_mesh
-from medha_jax.model import init_kv_cache, kv_cache_bytes_per_page, make_forward, make_inputs
-from medha_jax.model import kv_cache
+from medha_jax.model import init_kv_cache, kv_cache, kv_cache_bytes_per_page, make_forward, make_inputs
 from medha_jax.model.kv_cache import QuantizedPages, write
 from pallas_kernels import kv_quant
 from pallas_kernels.reference import paged_attention_xla
