@@ -105,8 +105,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     g.add_argument("--num-pages", type=int, default=1024, help="KV pages (the engine default); the step cost grows with it")
     g.add_argument("--max-num-seqs", type=int, default=16)
     g.add_argument("--max-num-batched-tokens", type=int, default=512,
-                   help="fcfs: the Sarathi chunk budget; edf/lars: hard cap beside t_target; "
-                        "fcfs_nonchunked: cap on extra whole prompts")
+                   help="fcfs / srpt: the Sarathi chunk budget; fcfs_nonchunked: cap on extra whole prompts")
+    g.add_argument("--time-budget-token-cap", type=int, default=None,
+                   help="edf / lrs / lars / slo: the hard token cap beside t_target (default: the engine's, "
+                        "max_chunk + max_num_seqs, so the time budget alone sizes an iteration)")
     g.add_argument("--min-token-bucket", type=int, default=32)
     g.add_argument("--profile-dir", default=None,
                    help="runtime profile dir (default: <workdir>/profiles, measured fresh); reuse one to skip profiling")
@@ -135,6 +137,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ns = ap.parse_args(argv)
     if ns.smoke:
         for k, v in dict(max_model_len=128, page_size=16, num_pages=64, max_num_seqs=8, max_num_batched_tokens=64,
+                         time_budget_token_cap=64,
                          long_prefill_target=1.0, long_arrival=1.0, long_output=4, short_prompt="16,48",
                          short_output="2,4", duration=4.0, qps=2.0, drain_limit=120.0).items():
             if getattr(ns, k) == ap.get_default(k):
@@ -155,16 +158,39 @@ def engine_flags(ns, profile_dir: str, prefill_cache_dir: str) -> list[str]:
         "--model", "demo", "--num-devices", "1", "--page-size", str(ns.page_size), "--num-pages", str(ns.num_pages),
         "--max-model-len", str(ns.max_model_len), "--max-num-seqs", str(ns.max_num_seqs),
         "--min-seq-bucket", str(ns.max_num_seqs), "--min-page-bucket", str(min(pages_per_seq, ns.num_pages)),
-        "--min-token-bucket", str(ns.min_token_bucket), "--max-num-batched-tokens", str(ns.max_num_batched_tokens),
+        "--min-token-bucket", str(ns.min_token_bucket),
         "--no-background-compile",  # every bucket before the clock starts: compiles would compete with the workload
         "--profile-dir", profile_dir, "--prefill-cache-dir", prefill_cache_dir,
     ]
 
 
-def policy_flags(policy: str, choice: dict) -> list[str]:
+def cap_line(settings: dict) -> str:
+    """The token caps a run used (runs before the time-budget cap had its own setting used one for all)."""
+    n = settings.get("max_num_batched_tokens")
+    if "time_budget_token_cap" not in settings:
+        return f"Token cap {n} for every policy."
+    t = settings["time_budget_token_cap"]
+    return (f"Token cap {n} for fcfs / fcfs_nonchunked, "
+            f"{'the engine default (max_chunk + max_num_seqs)' if t is None else t} for the time-budget policies.")
+
+
+def policy_flags(policy: str, choice: dict, ns) -> list[str]:
+    """The policy and its own settings. The token cap differs by kind: a token-budget policy's
+    chunk budget is its whole sizing rule (512, Sarathi's), while a time-budget policy sizes each
+    iteration by t_target and keeps the engine's cap, which never binds first. With 512 for every
+    policy, the convoy's 32K prompt got what the shorts' prefills left of 512 tokens (a 96-token
+    chunk in narrow tiles beside a 384-token short) although the time budget had room for its tile:
+    in-process, interleaved rounds of the --short-load 0.2 workload (`benchmarks/convoy_token_cap.py`),
+    the long request took (medians of 3) slo 23.4 s / edf 21.7 s with 512 (fcfs_nonchunked 16.1 s), and
+    in a second run slo 21.0 / edf 21.1 s with 2048 and slo 20.1 / edf 19.1 s with the default
+    (fcfs_nonchunked 16.6 s)."""
     flags = ["--policy", policy, "--deadline-min", repr(choice["deadline_min"])]
     if policy in TIME_BUDGET_POLICIES:
         flags += ["--t-target", repr(choice["t_target"])]
+        if ns.time_budget_token_cap is not None:
+            flags += ["--max-num-batched-tokens", str(ns.time_budget_token_cap)]
+    else:
+        flags += ["--max-num-batched-tokens", str(ns.max_num_batched_tokens)]
     return flags
 
 
@@ -336,7 +362,7 @@ def deadline_fn(pred, choice: dict, ns):
     from medha_jax.scheduler import PrefillTimeCache, SchedulerConfig
 
     cfg = SchedulerConfig(policy="lars", t_target=choice["t_target"], deadline_min=choice["deadline_min"],
-                          max_num_seqs=ns.max_num_seqs, max_num_batched_tokens=ns.max_num_batched_tokens)
+                          max_num_seqs=ns.max_num_seqs, max_num_batched_tokens=ns.time_budget_token_cap)
     cache = PrefillTimeCache(pred, cfg)
     return (lambda n: max(cfg.deadline_k * cache.total_time(n), cfg.deadline_min)), cache.total_time
 
@@ -490,7 +516,7 @@ def main(argv=None) -> int:
     runs: dict[str, list] = {}
 
     # 1-2: calibrate on the baseline's server, then choose the workload
-    base_flags = flags + policy_flags("fcfs_nonchunked", {"deadline_min": 0.5}) + extra
+    base_flags = flags + policy_flags("fcfs_nonchunked", {"deadline_min": 0.5}, ns) + extra
     log("fcfs_nonchunked: starting the server (also used for calibration)")
     server = ServerProcess(base_flags, os.path.join(workdir, "server_fcfs_nonchunked.log"))
     try:
@@ -540,7 +566,7 @@ def main(argv=None) -> int:
                 continue  # ran above, on the calibration server
             if ns.rounds > 1:
                 log(f"round {r + 1}/{ns.rounds}: {policy}")
-            pflags = base_flags if policy == "fcfs_nonchunked" else flags + policy_flags(policy, choice) + extra
+            pflags = base_flags if policy == "fcfs_nonchunked" else flags + policy_flags(policy, choice, ns) + extra
             rounds[policy].append(run_config(policy, pflags, specs, ns, workdir))
     for policy, done in rounds.items():
         runs[policy] = done[0][0]  # the plots show the first round
@@ -717,7 +743,8 @@ def write_results(ns, report: dict, runs: dict, summaries: dict, choice: dict) -
           (f"Workload: {choice['qps']:g} QPS short requests (prompts {choice['short_prompt']}, outputs "
            f"{choice['short_output']}) for {choice['duration_s']:g} s, {choice['num_long']} long request(s) of "
            f"{choice['long_len']} tokens at t={choice['long_arrival_s']:g} s. t_target {choice['t_target']:g} s, "
-           f"deadline_min {choice['deadline_min']:g} s."), "", *budget_floor_lines(choice),
+           f"deadline_min {choice['deadline_min']:g} s. {cap_line(report['settings'])}"), "",
+          *budget_floor_lines(choice),
           markdown_table(summaries), ""] + criteria_lines(report["criteria"]) + [""] + round_lines(report)
     busy = [f"- {p}: " + ", ".join(f"{k.replace('_', ' ')} {v['busy_fraction']:.2f}"
                                    for k, v in report["configs"][p].get("busy_windows", {}).items())

@@ -31,6 +31,7 @@ from medha_jax.request import Request  # noqa: E402
 from medha_jax.sampling_params import SamplingParams  # noqa: E402
 from medha_jax.scheduler import RuntimePredictor, SchedulerConfig, make_scheduler  # noqa: E402
 from medha_jax.scheduler.attention_tiling import Tiling  # noqa: E402
+from medha_jax.scheduler.config import TIME_BUDGET_POLICIES  # noqa: E402
 from medha_jax.scheduler.replay import replay  # noqa: E402
 
 
@@ -53,8 +54,11 @@ def profile_predictor(profile: dict) -> RuntimePredictor:
 def run(bench: dict, policy: str, factor: float, noise: float, seed: int) -> dict:
     st, choice = bench["settings"], bench["choice"]
     pred = profile_predictor(bench["profile"])
+    cap = st["max_num_batched_tokens"]  # runs before the time-budget cap had its own setting: one cap for all
+    if policy in TIME_BUDGET_POLICIES and "time_budget_token_cap" in st:
+        cap = st["time_budget_token_cap"]  # None: the engine's default
     cfg = SchedulerConfig(policy=policy, t_target=choice["t_target"], deadline_min=choice["deadline_min"],
-                          max_num_batched_tokens=st["max_num_batched_tokens"], max_num_seqs=st["max_num_seqs"],
+                          max_num_batched_tokens=cap, max_num_seqs=st["max_num_seqs"],
                           prefill_cache_dir=None)
     sched = make_scheduler(cfg, KVCacheManager(st["num_pages"], st["page_size"]), pred)
     rng = random.Random(seed)
