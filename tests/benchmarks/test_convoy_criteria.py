@@ -33,3 +33,20 @@ def test_without_rounds_on_both_sides_the_pooled_completions_are_compared():
         c = convoy.criteria(summaries, rounds)
         assert c["long_completion_ratio"] == pytest.approx(1.4) and not c["long_completion_within_1_3x"]
         assert "long_completion_round_ratios" not in c
+
+
+def test_token_cap_is_sarathis_for_token_budget_policies_and_the_engines_for_time_budget_ones():
+    ns = convoy.parse_args([])
+    choice = {"deadline_min": 0.6, "t_target": 0.15}
+
+    def cap(policy):
+        flags = convoy.policy_flags(policy, choice, ns)
+        return flags[flags.index("--max-num-batched-tokens") + 1] if "--max-num-batched-tokens" in flags else None
+
+    assert cap("fcfs_nonchunked") == cap("fcfs") == "512"
+    assert cap("slo") is None and cap("edf") is None  # the engine's default: the time budget sizes iterations
+    assert "--t-target" in convoy.policy_flags("slo", choice, ns)
+    ns = convoy.parse_args(["--time-budget-token-cap", "2048"])
+    assert cap("slo") == "2048" and cap("fcfs") == "512"
+    assert "Token cap 512 for every policy." == convoy.cap_line({"max_num_batched_tokens": 512})  # older runs
+    assert "2048 for the time-budget" in convoy.cap_line(vars(ns))
