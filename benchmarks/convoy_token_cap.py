@@ -147,9 +147,11 @@ def main(argv=None) -> int:
     report = {"source": args.convoy_json, "choice": src["choice"], "configs": configs, "rounds": args.rounds,
               "runs": runs, **run_info("convoy_token_cap.py", argv, load_before)}
     ch = src["choice"]
+    shorts = [w["arrival_s"] for w in work if w["kind"] == "short"]
+    longs = ", ".join(f"{w['prompt_len']} tokens at t={w['arrival_s']:g} s" for w in work if w["kind"] == "long")
     lines = ["# The convoy workload in one process: policy x token cap", "", provenance(report), "",
-             f"Workload of `{args.convoy_json}`: {ch['qps']:g} QPS shorts, one {ch['long_len']}-token prompt at "
-             f"t={ch['long_arrival_s']:g} s; t_target {ch['t_target']:g} s, deadline_min {ch['deadline_min']:g} s; "
+             f"Workload of `{args.convoy_json}`: {len(shorts)} shorts over {max(shorts, default=0.0):.0f} s, "
+             f"long prompts: {longs}; t_target {ch['t_target']:g} s, deadline_min {ch['deadline_min']:g} s; "
              f"{args.rounds} rounds, configurations interleaved (order reversed every other round).", ""]
     write_results(Path(args.out), args.name, report, lines + render(report))
     return 0
