@@ -150,15 +150,24 @@ def parse_args(argv=None) -> argparse.Namespace:
     return ns
 
 
+def engine_shapes(settings: dict) -> dict:
+    """The engine shapes every configuration shares, as engine keyword arguments (the serve flags
+    are the same names with dashes), from the run's settings: one sequence bucket and one
+    page-table bucket, so warm-up compiles only the token ladder (the persistent XLA cache makes
+    later starts cheap). `convoy_token_cap.py` builds its in-process engines from the same."""
+    pages_per_seq = -(-settings["max_model_len"] // settings["page_size"])
+    return dict(page_size=settings["page_size"], num_pages=settings["num_pages"],
+                max_model_len=settings["max_model_len"], max_num_seqs=settings["max_num_seqs"],
+                min_seq_bucket=settings["max_num_seqs"], min_page_bucket=min(pages_per_seq, settings["num_pages"]),
+                min_token_bucket=settings["min_token_bucket"])
+
+
 def engine_flags(ns, profile_dir: str, prefill_cache_dir: str) -> list[str]:
-    """Flags every configuration shares: one sequence bucket and one page-table bucket, so warm-up
-    compiles only the token ladder (the persistent XLA cache makes later starts cheap)."""
-    pages_per_seq = -(-ns.max_model_len // ns.page_size)
+    """Flags every configuration shares (`engine_shapes`, the model, no background compiles, where
+    the profile and prefill-time caches live)."""
+    shapes = [a for k, v in engine_shapes(vars(ns)).items() for a in (f"--{k.replace('_', '-')}", str(v))]
     return [
-        "--model", "demo", "--num-devices", "1", "--page-size", str(ns.page_size), "--num-pages", str(ns.num_pages),
-        "--max-model-len", str(ns.max_model_len), "--max-num-seqs", str(ns.max_num_seqs),
-        "--min-seq-bucket", str(ns.max_num_seqs), "--min-page-bucket", str(min(pages_per_seq, ns.num_pages)),
-        "--min-token-bucket", str(ns.min_token_bucket),
+        "--model", "demo", "--num-devices", "1", *shapes,
         "--no-background-compile",  # every bucket before the clock starts: compiles would compete with the workload
         "--profile-dir", profile_dir, "--prefill-cache-dir", prefill_cache_dir,
     ]

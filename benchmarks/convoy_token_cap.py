@@ -34,6 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from convoy import engine_shapes  # noqa: E402
 from results_io import provenance, run_info, write_results  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -45,11 +46,7 @@ def build(config: str, choice: dict, settings: dict, profile_dir: str):
 
     policy, cap = config.split(":")
     llm = LLM("demo", policy=policy, max_num_batched_tokens=None if cap == "default" else int(cap),
-              page_size=settings["page_size"], num_pages=settings["num_pages"],
-              max_model_len=settings["max_model_len"], max_num_seqs=settings["max_num_seqs"],
-              min_seq_bucket=settings["max_num_seqs"],
-              min_page_bucket=min(-(-settings["max_model_len"] // settings["page_size"]), settings["num_pages"]),
-              min_token_bucket=settings["min_token_bucket"], enable_prefix_caching=False, background_compile=False,
+              **engine_shapes(settings), enable_prefix_caching=False, background_compile=False,
               profile_dir=profile_dir, prefill_cache_dir=os.path.join(profile_dir, "prefill_times"),
               batch_mode=False, max_records=1 << 16, t_target=choice["t_target"],
               deadline_min=choice["deadline_min"])
