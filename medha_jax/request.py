@@ -36,7 +36,7 @@ class RequestStatus(enum.Enum):
         return self.value in ("stop", "length", "abort", "error")
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Request:
     """One generation request and its progress. Identity semantics (eq=False): hashable by id()."""
 

@@ -412,6 +412,8 @@ class Scheduler:
     def all_full(self, batch: ScheduledBatch) -> bool:
         """No batch of the iteration (one per kvp group with per-group batches) takes another token."""
         cap_t, cap_r = self.config.max_num_batched_tokens, self.config.max_num_seqs
+        if self.groups == 1:  # one batch (called once per chunk packed)
+            return batch.group_tokens[0] >= cap_t or batch.group_rows[0] >= cap_r
         return all(t >= cap_t or r >= cap_r for t, r in zip(batch.group_tokens, batch.group_rows))
 
     def room(self, batch: ScheduledBatch, req: Request, group: int) -> tuple[int, int]:
@@ -518,11 +520,14 @@ class Scheduler:
         one_group = self.kv.kvp == 1  # every request's first group is 0
         max_len = self.max_model_len
         preempted = batch.preempted
-        append, fly, new, seq = seqs.append, in_flight.add, tuple.__new__, ScheduledSeq
+        append, new, seq = seqs.append, tuple.__new__, ScheduledSeq
         n = len(seqs)
-        for req in tuple(running):
-            if req in in_flight:
-                continue
+        ready = []  # the decodes scheduled, marked in flight together after the loop
+        mark = ready.append
+        # a snapshot (`reserve` may preempt); in-flight requests are left out up front (none when
+        # the engine waits for each step)
+        pool = tuple(running) if not in_flight else [r for r in running if r not in in_flight]
+        for req in pool:
             out = req.output_token_ids
             done = req.num_computed_tokens
             pending = req.num_pending_tokens
@@ -542,14 +547,18 @@ class Scheduler:
                 continue
             if preempted and req not in running:
                 continue  # preempted as a victim of an earlier decode
-            if done >= covered.get(rid, 0) and not self.reserve(req, 1, batch, now):
-                continue  # position `done` needed a new page and got none: it preempted itself
+            if done >= covered[rid]:  # position `done` needs a new page (a decode holds pages: its context's)
+                in_flight.update(ready)  # scheduled decodes are no victims
+                ready.clear()
+                if not self.reserve(req, 1, batch, now):
+                    continue  # it got none: it preempted itself
             append(new(seq, (req, done, 1, tables[rid], True, 1, 0 if one_group else first_groups[rid])))
-            fly(req)
+            mark(req)
             n += 1
             if per_group:
                 g_rows[g] += 1
                 g_tokens[g] += 1
+        in_flight.update(ready)
         batch.num_rows = n
         if not per_group:
             g_rows[0] = g_tokens[0] = n
