@@ -208,6 +208,24 @@ class KVCacheManager:
         self.allocate(request, num_new_tokens, group)
         return True
 
+    def try_add_page(self, request: Request) -> bool:
+        """One more page at the end of a request's last block: `try_allocate(request, 1)` for a
+        decode whose next position starts a page (the scheduler's decode pass meets ~16 per
+        iteration at 256 decodes), without the general path's per-block arithmetic. False, with
+        nothing allocated, when the last block is full or its group has no free page: the caller
+        then takes the general path (`Scheduler.reserve`). The request must hold pages."""
+        rid = request.request_id
+        tables = self.tables[rid]
+        covered = self.covered[rid]
+        if covered >= len(tables) * self.max_tokens_per_kvp_group:
+            return False  # the next position starts a new block
+        alloc = self.allocators[group_of_block(self.first_groups[rid], len(tables) - 1, self.kvp)]
+        if not alloc.num_free:
+            return False
+        tables[-1].append(alloc.allocate_one())
+        self.covered[rid] = covered + self.page_size
+        return True
+
     def allocate(self, request: Request, num_new_tokens: int, group: int | None = None) -> None:
         """Ensure pages for positions [0, num_computed_tokens + num_new_tokens); all or nothing.
         `group`: the first group of a request that holds no pages yet (see `first_group`)."""

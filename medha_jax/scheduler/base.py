@@ -504,8 +504,9 @@ class Scheduler:
         """Phase 1: every ready decode, oldest first; collects ready partial prefills on the way.
 
         The hot loop of the scheduler (hundreds of decodes per iteration, about a microsecond
-        each): it reads the KV manager's `covered` and `tables` maps directly, calls `reserve`
-        only when a decode needs a new page, and binds the methods it calls per request to locals."""
+        each): it reads the KV manager's `covered` and `tables` maps directly, asks for a page only
+        when a decode's next position starts one (`try_add_page`, then `reserve` with preemption if
+        that finds none), and binds the methods it calls per request to locals."""
         in_flight = self._in_flight
         partials = []
         cap = self.config.max_num_seqs  # per batch; with per-group batches, per kvp group
@@ -516,6 +517,7 @@ class Scheduler:
         running = self.running
         covered = self.kv.covered
         tables = self.kv.tables
+        add_page = self.kv.try_add_page
         first_groups = self.kv.first_groups
         one_group = self.kv.kvp == 1  # every request's first group is 0
         max_len = self.max_model_len
@@ -547,7 +549,8 @@ class Scheduler:
                 continue
             if preempted and req not in running:
                 continue  # preempted as a victim of an earlier decode
-            if done >= covered[rid]:  # position `done` needs a new page (a decode holds pages: its context's)
+            c = covered[rid]  # a decode holds pages: its context's
+            if done >= c and (done != c or not add_page(req)):  # position `done` needs a page; none at hand
                 in_flight.update(ready)  # scheduled decodes are no victims
                 ready.clear()
                 if not self.reserve(req, 1, batch, now):

@@ -354,7 +354,7 @@ class SLOPolicy(DeadlinePolicy):
         self._live: dict[Request, None] = {}  # no first token, may still make its deadline
         self._firsts: dict[Request, None] = {}  # with a first token (recompute after preemption)
         self._hopeless: dict[Request, None] = {}  # no first token, cannot make its deadline any more
-        self._hopeless_order: list[tuple] = []  # (class, deadline, seq, request), sorted; pruned lazily
+        self._hopeless_order: list[tuple] = []  # (class, deadline, seq, request, remaining s), sorted; pruned lazily
         self._stale = self._seq = 0
         self._round, self._iteration = max(1, round(1.0 / min_share)) if min_share > 0 else 0, 0
 
@@ -400,7 +400,8 @@ class SLOPolicy(DeadlinePolicy):
             del self._live[r]
             self._hopeless[r] = None
             self._seq += 1
-            bisect.insort(self._hopeless_order, (r.priority_class, r.arrival_time + self._info[r][0], self._seq, r))
+            i = self._info[r]  # its remaining estimate stays i[2] - i[4] while it waits (no output, nothing computed)
+            bisect.insort(self._hopeless_order, (r.priority_class, r.arrival_time + i[0], self._seq, r, i[2] - i[4]))
         if self._stale > 32 and 2 * self._stale > len(self._hopeless_order):
             self._hopeless_order = [e for e in self._hopeless_order if e[3] in self._hopeless]
             self._stale = 0
@@ -419,7 +420,7 @@ class SLOPolicy(DeadlinePolicy):
         scale = self.inflate / (self._share or 1.0)
         early, skipped = [], []
         for e in itertools.islice(later, self.BORROW_SCAN):
-            w = self.remaining(e[3]) * scale
+            w = (e[4] if len(e) > 4 else self.remaining(e[3])) * scale  # a given-up entry carries its estimate
             if w <= spare:
                 spare -= w
                 early.append(e[3])

@@ -77,6 +77,46 @@ def test_free_unknown_request_is_a_no_op():
 
 
 @pytest.mark.parametrize("kvp,m", [(1, None), (3, 8), (2, 12)])
+def test_try_add_page_gives_what_allocate_gives(kvp, m):
+    """The decode pass's one-page shortcut: for requests growing one position at a time, wherever
+    the next position starts a page it either adds exactly the page the general path adds or
+    refuses (allocating nothing), and it refuses only at a block's end or with no page free in the
+    block's group, where the general path then takes over."""
+    import random
+
+    rng = random.Random(kvp)
+    fast = make_kv(num_pages=6, page_size=4, kvp=kvp, max_tokens_per_kvp_group=m)
+    slow = make_kv(num_pages=6, page_size=4, kvp=kvp, max_tokens_per_kvp_group=m)
+    reqs = make_requests(3, prompt_len=fast.max_tokens_per_request)
+    added = refused = 0
+    for _ in range(400):
+        r = rng.choice(reqs)
+        if rng.random() < 0.05 or r.num_computed_tokens + 1 > fast.max_tokens_per_request:
+            fast.free(r), slow.free(r)
+            r.num_computed_tokens = 0
+            continue
+        if r.request_id not in fast.covered or r.num_computed_tokens < fast.covered[r.request_id]:
+            ok = slow.try_allocate(r, 1)  # a first page, or no page needed: the general path on both
+            assert fast.try_allocate(r, 1) is ok
+        else:
+            ok = slow.try_allocate(r, 1)
+            if fast.try_add_page(r):
+                assert ok
+                added += 1
+            else:
+                refused += 1
+                at_block_end = fast.covered[r.request_id] % fast.max_tokens_per_kvp_group == 0
+                assert at_block_end or not ok
+                assert fast.try_allocate(r, 1) is ok
+        assert fast.page_tables(r) == slow.page_tables(r)
+        assert fast.covered.get(r.request_id) == slow.covered.get(r.request_id)
+        assert fast.num_free_pages_per_group == slow.num_free_pages_per_group
+        if ok:
+            r.num_computed_tokens += 1
+    assert added and refused
+
+
+@pytest.mark.parametrize("kvp,m", [(1, None), (3, 8), (2, 12)])
 def test_try_allocate_shortcut_gives_what_allocate_gives(kvp, m):
     """try_allocate takes a shortcut when every new page lands in one group; on random growth
     steps it must leave the same tables, coverage and free counts as the general path, and
