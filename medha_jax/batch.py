@@ -13,6 +13,7 @@ runtime predictor both rely on it only for speed, never for correctness).
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -30,11 +31,11 @@ class ScheduledSeq(NamedTuple):
     """Absolute position of the first scheduled token (= request.num_computed_tokens)."""
     num_tokens: int
     """Query tokens this iteration: a prefill chunk, or 1 for a decode."""
-    page_tables: list[list[int]]
+    page_tables: list[array]
     """Pages holding this request's KV, one list per block it touches (block b holds positions
     [b*M, (b+1)*M) for M = max_tokens_per_kvp_group, on kvp group (first_group + b) % kvp; one
-    list when kvp == 1). Covers every position up to start_pos + num_tokens. Aliases the KV
-    manager's lists."""
+    list when kvp == 1), each an int32 `array` of page ids. Covers every position up to
+    start_pos + num_tokens. Aliases the KV manager's tables."""
     samples: bool
     """Whether this iteration reaches the end of the request's tokens, so a token is sampled
     (fixed when the batch is formed: start_pos + num_tokens == request.num_tokens)."""

@@ -1,7 +1,7 @@
 """Per-request KV page tables over the kvp groups (progressive onboarding).
 
   Scheduler --can_allocate / allocate(request, n)--> KVCacheManager --per group--> PageAllocator
-            <--page_tables(request)--  one page list per kvp group the request touches
+            <--page_tables(request)--  one page table (int32 array) per kvp group the request touches
             --free(request)-->         every page back to its group's allocator
 
 Each kvp group has its own page pool of `num_pages_per_group` pages of `page_size` tokens. A
@@ -29,6 +29,8 @@ Pure Python, no JAX.
 """
 
 from __future__ import annotations
+
+from array import array
 
 from medha_jax.host_page_store import HostPageStore, SwapOp
 from medha_jax.kvp_layout import group_of_block
@@ -72,8 +74,9 @@ class KVCacheManager:
         self.allocators = [PageAllocator(num_pages_per_group) for _ in range(kvp)]
         self.per_group_batches = per_group_batches and kvp > 1
         """Requests are spread over the groups (each group runs its own batch); else all start on group 0."""
-        self.tables: dict[str, list[list[int]]] = {}
-        """request_id -> page tables, one per block (read-only outside this class; `page_tables` is the API)."""
+        self.tables: dict[str, list[array]] = {}
+        """request_id -> page tables, one per block, each an int32 `array` of page ids (read-only outside
+        this class; `page_tables` is the API)."""
         self.first_groups: dict[str, int] = {}
         """request_id -> the group holding its block 0 (requests holding pages; read-only)."""
         self.covered: dict[str, int] = {}
@@ -195,7 +198,7 @@ class KVCacheManager:
             if n > alloc.num_free:
                 return False
             if not tables:
-                tables = self.tables[rid] = [[]]
+                tables = self.tables[rid] = [array("i")]
                 self.first_groups[rid] = h
             if n == 1:
                 tables[b].append(alloc.allocate_one())
@@ -250,16 +253,19 @@ class KVCacheManager:
         self.first_groups[request.request_id] = h
         for b, n in enumerate(short):
             if b == len(tables):
-                tables.append([])
+                tables.append(array("i"))
             if n > 0:
                 tables[b].extend(allocs[group_of_block(h, b, kvp)].allocate(n))
         if tables:  # full groups hold M positions each; the last one what its pages hold
             covered = (len(tables) - 1) * self.max_tokens_per_kvp_group + len(tables[-1]) * self.page_size
             self.covered[request.request_id] = covered
 
-    def page_tables(self, request: Request) -> list[list[int]]:
-        """The request's pages, one list per block it touches ([] when it holds none); block b
-        lives on group (first_group + b) % kvp."""
+    def page_tables(self, request: Request) -> list[array]:
+        """The request's pages, one int32 `array` of page ids per block it touches ([] when it
+        holds none); block b lives on group (first_group + b) % kvp. Arrays rather than lists of
+        ints: a step's snapshot of them (`StepInput.from_batch`) and its packing into the step's
+        page-table array are then buffer copies, where a list's tens of thousands of int objects
+        per step cost milliseconds of host time (`benchmarks/host_step_cost.py`)."""
         return self.tables.get(request.request_id, [])
 
     def holds(self, request: Request) -> bool:
@@ -280,11 +286,11 @@ class KVCacheManager:
         hits = self.prefix.match(request.request_id, tokens, (known - 1) // self.page_size, h)  # taken for it
         if not hits:
             return 0
-        tables: list[list[int]] = []
+        tables: list[array] = []
         per = self.max_tokens_per_kvp_group // self.page_size
         for i, (_, page) in enumerate(hits):
             if i // per == len(tables):
-                tables.append([])
+                tables.append(array("i"))
             tables[-1].append(page)
         self.tables[request.request_id] = tables
         self.first_groups[request.request_id] = h

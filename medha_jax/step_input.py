@@ -17,22 +17,27 @@ Pure Python, no JAX.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from medha_jax.batch import ScheduledBatch
 
 
-@dataclass(frozen=True, slots=True)
-class SeqInput:
-    """One sequence's share of a step: `num_tokens` tokens from position `start_pos`."""
+class SeqInput(NamedTuple):
+    """One sequence's share of a step: `num_tokens` tokens from position `start_pos`.
+
+    A tuple, never changed once made: `from_batch` builds one per sequence every step (hundreds
+    of decodes), at a third of what a frozen dataclass's `__init__` costs."""
 
     request_id: str
     start_pos: int
     num_tokens: int
     token_ids: tuple[int, ...]
     """The scheduled tokens: positions [start_pos, start_pos + num_tokens) of prompt + output."""
-    page_tables: tuple[tuple[int, ...], ...]
-    """Pages holding this sequence's KV, one tuple per kvp group it touches (a copy)."""
+    page_tables: tuple[Sequence[int], ...]
+    """Pages holding this sequence's KV, one page-id sequence per kvp group it touches (a copy:
+    from the scheduler, int32 `array`s, copied as buffers)."""
     samples: bool
     """A token is sampled from this sequence's last position."""
     temperature: float
@@ -69,10 +74,14 @@ class StepInput:
         requests whose token from that step is still pending (every pending token comes from the
         previous step)."""
         seqs = []
+        append, new, seq_input = seqs.append, tuple.__new__, SeqInput
         for s in batch.seqs:
-            req, sp = s.request, s.request.sampling_params
+            req = s.request
+            sp = req.sampling_params
+            start, n = s.start_pos, s.num_tokens
+            pending = req.num_pending_tokens
             feed = -1
-            if req.num_pending_tokens and s.samples:  # it ends at the request's last token: the pending one
+            if pending and s.samples:  # it ends at the request's last token: the pending one
                 if sampled_at is None or req.request_id not in sampled_at:
                     raise RuntimeError(f"request {req.request_id!r} has a pending token the previous step did "
                                        "not sample")
@@ -80,16 +89,12 @@ class StepInput:
             targets = ()
             if s.num_rows > 1:  # row j scores prompt position start + j + 1
                 p = req.prompt_len
-                targets = tuple(req.prompt_token_ids[q] if q < p else -1
-                                for q in range(s.start_pos + 1, s.start_pos + s.num_tokens + 1))
-            seqs.append(SeqInput(
-                request_id=req.request_id, start_pos=s.start_pos, num_tokens=s.num_tokens,
-                token_ids=tuple(s.token_ids),
-                page_tables=tuple(tuple(t) for t in s.page_tables), samples=s.samples,
-                temperature=sp.temperature, top_k=sp.top_k, top_p=sp.top_p, seed=req.seed,
-                step=req.num_output_tokens + req.num_pending_tokens, feed=feed, first_group=s.first_group,
-                targets=targets,
-            ))
+                targets = tuple(req.prompt_token_ids[q] if q < p else -1 for q in range(start + 1, start + n + 1))
+            # the fields in SeqInput's order (tuple.__new__: no per-call keyword parsing)
+            append(new(seq_input, (req.request_id, start, n, tuple(req.token_ids_slice(start, start + n)),
+                                   tuple([t[:] for t in s.page_tables]), s.samples, sp.temperature, sp.top_k,
+                                   sp.top_p, req.seed, len(req.output_token_ids) + pending, feed, s.first_group,
+                                   targets)))
         return StepInput(tuple(seqs))
 
     @property

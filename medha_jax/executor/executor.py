@@ -276,10 +276,11 @@ class Executor:
         return self.pipe.is_empty
 
     def pack(self, step: StepInput) -> PackedBatch:
-        slots = place(specs(step), self.kvp, self.group_tokens)
+        slots = None
         if self.kvp == 1:
             tokens, rows = step.num_tokens, step.num_rows
         else:  # a bucket is per group: the busiest group's batch decides it
+            slots = place(specs(step), self.kvp, self.group_tokens)
             tokens, rows = [0] * self.kvp, [0] * self.kvp
             for s, (g, _) in zip(step.seqs, slots):
                 tokens[g] += s.num_tokens

@@ -65,23 +65,52 @@ def specs(step: StepInput) -> list[tuple]:
 
 def pack_batch(step: StepInput, bucket: Bucket, page_size: int, *, kvp: int = 1,
                group_tokens: int | None = None, slots: list[tuple[int, int]] | None = None) -> PackedBatch:
-    """slots: `place(specs(step), kvp, group_tokens)` when the caller has it already."""
+    """slots: `place(specs(step), kvp, group_tokens)` when the caller has it already (with one
+    group and nothing scored it is not needed)."""
     seqs = specs(step)
-    if slots is None:
+    one_row_each = kvp == 1 and not any(seq.targets for seq in step.seqs)
+    if slots is None and not one_row_each:
         slots = place(seqs, kvp, group_tokens)
     arrays = pack_arrays(seqs, page_size, tokens=bucket.tokens, num_seqs=bucket.seqs, pages=bucket.pages,
                          kvp=kvp, group_tokens=group_tokens, slots=slots)
     S = bucket.seqs
-    temperature = np.zeros((kvp, S), np.float32)
-    top_k = np.zeros((kvp, S), np.int32)
-    top_p = np.ones((kvp, S), np.float32)
-    seed = np.zeros((kvp, S), np.uint32)
-    step_no = np.zeros((kvp, S), np.int32)
-    target = np.full((kvp, S), -1, np.int32)
-    logits_indices = np.zeros((kvp, S), np.int32)
+    sampling = dict(temperature=np.zeros((kvp, S), np.float32), top_k=np.zeros((kvp, S), np.int32),
+                    top_p=np.ones((kvp, S), np.float32), seed=np.zeros((kvp, S), np.uint32),
+                    step=np.zeros((kvp, S), np.int32), target=np.full((kvp, S), -1, np.int32))
     feed_index = np.full((kvp, bucket.tokens), -1, np.int32)
     out_rows = np.zeros(kvp * S, np.int32)
-    cu = arrays["cu_q_lens"]
+    if one_row_each:
+        _one_row_each(step, arrays, sampling, feed_index, out_rows)
+    else:
+        arrays["logits_indices"] = _rows(step, arrays["cu_q_lens"], slots, sampling, feed_index, out_rows, kvp, S)
+    return PackedBatch(bucket, **arrays, feed_index=feed_index, **sampling, out_rows=out_rows)
+
+
+def _one_row_each(step: StepInput, arrays: dict, sampling: dict, feed_index: np.ndarray, out_rows: np.ndarray) -> None:
+    """One group, one logits row per sequence (nothing scored): row i is sequence i, its last
+    token, as `pack_arrays` already set logits_indices; the sampling fields from one array
+    conversion rather than six scalar stores per sequence (`_rows` is its reference in the tests)."""
+    n = len(step.seqs)
+    if n == 0:
+        return
+    # cols: f64[n, 6] (every value an integer below 2**53 or a float32 setting: exact in float64)
+    cols = np.array([(s.temperature, s.top_k, s.top_p, s.seed & 0xFFFFFFFF, s.step, s.feed) for s in step.seqs],
+                    np.float64)
+    for k, name in enumerate(("temperature", "top_k", "top_p", "seed", "step")):
+        sampling[name][0, :n] = cols[:, k]
+    fed = cols[:, 5] >= 0
+    if fed.any():  # a pending token is its sequence's last
+        feed_index[0, arrays["cu_q_lens"][0, 1 : n + 1][fed] - 1] = cols[fed, 5]
+    out_rows[:n] = np.arange(n)
+
+
+def _rows(step: StepInput, cu: np.ndarray, slots, sampling: dict, feed_index: np.ndarray, out_rows: np.ndarray,
+          kvp: int, S: int) -> np.ndarray:
+    """Logits rows, sampling fields and feeds one sequence at a time (any groups, scored chunks);
+    returns logits_indices."""
+    logits_indices = np.zeros((kvp, S), np.int32)
+    temperature, top_k, top_p = sampling["temperature"], sampling["top_k"], sampling["top_p"]
+    seed, step_no, target = sampling["seed"], sampling["step"], sampling["target"]
     rows_on = [0] * kvp  # logits rows of each group so far
     out = 0  # rows of the step so far
     for seq, (g, i) in zip(step.seqs, slots):
@@ -96,7 +125,7 @@ def pack_batch(step: StepInput, bucket: Bucket, page_size: int, *, kvp: int = 1,
             logits_indices[g, rows] = np.arange(end - n, end)
             target[g, rows] = seq.targets
             out_rows[out : out + n] = g * S + np.arange(row, row + n)
-        else:  # the common case, scalar stores (hundreds of decodes per step)
+        else:  # scalar stores
             rows = row
             logits_indices[g, row] = end - 1
             out_rows[out] = g * S + row
@@ -109,9 +138,7 @@ def pack_batch(step: StepInput, bucket: Bucket, page_size: int, *, kvp: int = 1,
             feed_index[g, end - 1] = seq.feed  # the pending token is the sequence's last
         rows_on[g] = row + n
         out += n
-    arrays["logits_indices"] = logits_indices
-    return PackedBatch(bucket, **arrays, feed_index=feed_index, temperature=temperature, top_k=top_k, top_p=top_p,
-                       seed=seed, step=step_no, target=target, out_rows=out_rows)
+    return logits_indices
 
 
 def empty(bucket: Bucket, kvp: int) -> PackedBatch:

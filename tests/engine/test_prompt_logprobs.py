@@ -96,6 +96,11 @@ def test_scored_prompts_preempted_after_their_first_token_recompute_and_finish(t
     outs = llm.generate(["stall " * 20] * 16, sps)
     assert all(o.finished and len(o.token_ids) == 120 for o in outs)
     assert any(o.metrics.num_preemptions for o in outs)
-    assert all(o.prompt_logprobs == outs[0].prompt_logprobs for o in outs)  # the same prompt, scored alike
+    # the same prompt, scored alike: each position's log-probability matches across the 16 (chunks of
+    # different batches and buckets round differently in the last bits, so not bit for bit)
+    first = outs[0].prompt_logprobs
+    assert first[0] is None and all(o.prompt_logprobs[0] is None for o in outs)
+    for o in outs:
+        np.testing.assert_allclose(o.prompt_logprobs[1:], first[1:], rtol=0, atol=1e-5)
     kv = llm.engine.kv_manager
     assert kv.num_free_pages == kv.num_total_pages

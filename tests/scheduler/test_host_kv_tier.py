@@ -36,7 +36,7 @@ def test_an_evicted_page_is_saved_to_host_and_a_match_restores_it():
     slot_of = {op.page: op.slot for op in out}
     # page i of b gets the slot page i of a was saved to
     assert [op.slot for op in ins] == [slot_of[p] for p in pages[:3]]
-    assert [op.page for op in ins] == kv.page_tables(b)[0]
+    assert [op.page for op in ins] == list(kv.page_tables(b)[0])
     assert kv.host.restored_pages == 3
 
 

@@ -4,20 +4,25 @@ from medha_jax.kv_cache_manager import KVCacheManager, OutOfPagesError
 from tests.scheduler.factories import make_kv, make_requests
 
 
+def tables(kv: KVCacheManager, r) -> list[list[int]]:
+    """The request's page tables as lists (the manager keeps int32 arrays)."""
+    return [list(t) for t in kv.page_tables(r)]
+
+
 def test_single_group_pages_cover_positions():
     kv = make_kv(num_pages=8, page_size=4)
     (r,) = make_requests(1, prompt_len=10)
     assert kv.can_allocate(r, 10)
     kv.allocate(r, 10)  # positions [0, 10) -> 3 pages
-    assert kv.page_tables(r) == [[0, 1, 2]]
+    assert tables(kv, r) == [[0, 1, 2]]
     r.num_computed_tokens = 10
     kv.allocate(r, 2)  # [0, 12) still 3 pages
-    assert kv.page_tables(r) == [[0, 1, 2]]
+    assert tables(kv, r) == [[0, 1, 2]]
     kv.allocate(r, 3)  # [0, 13) -> 4 pages
-    assert kv.page_tables(r) == [[0, 1, 2, 3]]
+    assert tables(kv, r) == [[0, 1, 2, 3]]
     assert (kv.num_free_pages, kv.num_total_pages) == (4, 8)
     assert kv.free(r) == 4
-    assert kv.num_free_pages == 8 and kv.page_tables(r) == []
+    assert kv.num_free_pages == 8 and tables(kv, r) == []
 
 
 def test_progressive_onboarding_over_kvp_groups():
@@ -26,10 +31,10 @@ def test_progressive_onboarding_over_kvp_groups():
     assert kv.max_tokens_per_request == 24
     assert kv.pages_for(20) == [2, 2, 1]
     kv.allocate(r, 6)
-    assert kv.page_tables(r) == [[0, 1]]
+    assert tables(kv, r) == [[0, 1]]
     r.num_computed_tokens = 6
     kv.allocate(r, 14)  # up to 20: group 0 [0,8), group 1 [8,16), group 2 [16,20)
-    assert kv.page_tables(r) == [[0, 1], [0, 1], [0]]
+    assert tables(kv, r) == [[0, 1], [0, 1], [0]]
     assert kv.num_free_pages_per_group == [2, 2, 3]
     assert kv.num_free_pages == 7
 

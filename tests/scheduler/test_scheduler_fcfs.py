@@ -35,7 +35,7 @@ def test_sarathi_chunks_fill_the_token_budget_in_arrival_order():
     # the decode is chosen first, the rest of r1 and then r2 fill the budget; prefills listed first
     assert shape(b2) == [("r1", 212, 88), ("r2", 0, 300), ("r0", 300, 1)]
     assert [q.is_prefill for q in b2.seqs] == [True, True, False]
-    assert b2.seqs[2].page_tables == [list(range(19))]  # 301 tokens of 16-token pages
+    assert [list(t) for t in b2.seqs[2].page_tables] == [list(range(19))]  # 301 tokens of 16-token pages
 
 
 def test_arrival_order_not_insertion_order():
