@@ -32,9 +32,9 @@ class ScheduledSeq(NamedTuple):
     num_tokens: int
     """Query tokens this iteration: a prefill chunk, or 1 for a decode."""
     page_tables: list[array]
-    """Pages holding this request's KV, one list per block it touches (block b holds positions
+    """Pages holding this request's KV, one table per block it touches (block b holds positions
     [b*M, (b+1)*M) for M = max_tokens_per_kvp_group, on kvp group (first_group + b) % kvp; one
-    list when kvp == 1), each an int32 `array` of page ids. Covers every position up to
+    table when kvp == 1), each an int32 `array` of page ids. Covers every position up to
     start_pos + num_tokens. Aliases the KV manager's tables."""
     samples: bool
     """Whether this iteration reaches the end of the request's tokens, so a token is sampled

@@ -139,7 +139,7 @@ def _pack_one_group(seqs: Sequence[SeqSpec], page_size: int, *, tokens: int, num
         raise ValueError("a scheduled sequence needs at least one token")
     if (n_tables > 1).any():
         raise ValueError(f"a sequence has page tables for {int(n_tables.max())} kvp groups, the mesh has 1")
-    starts = np.fromiter((spec[1] for spec in seqs), np.int64, S)  # s: i64[S]
+    starts = np.fromiter((spec[1] for spec in seqs), np.int64, S)  # i64[S]
     ends = starts + lens
     if ((ends - 1) // M >= n_tables).any():
         raise ValueError(f"page tables for 1 kvp group(s) of {M} tokens cannot hold position "
