@@ -7,7 +7,10 @@
        step_input    StepInput.from_batch(batch): the snapshot the executor reads
        pack          executor.packing.pack_batch at a bucket that holds the step (the host arrays
                      the compiled step gets; what Executor.pack does after choosing the bucket)
-       finish        Scheduler.on_batch_done + update_from_output (one token per sequence)
+       finish        Scheduler.on_batch_done + update_from_output (one token per sequence), each
+                     token detokenized as the engine does (`OutputStream.on_token`, the demo
+                     model's byte-level tokenizer)
+       outputs       one `RequestOutput` per request that got a token (`OutputStream.output`)
   -> printed, and written to benchmarks/results/host_step_cost_<name>.json with the machine
 
 Why: with asynchronous scheduling the host forms and packs step n+1 while the device runs step n,
@@ -34,7 +37,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from medha_jax.executor.buckets import Bucket  # noqa: E402
 from medha_jax.executor.packing import pack_batch  # noqa: E402
+from medha_jax.demo_model import byte_tokenizer  # noqa: E402
 from medha_jax.kv_cache_manager import KVCacheManager  # noqa: E402
+from medha_jax.output_stream import OutputStream  # noqa: E402
 from medha_jax.request import Request, RequestStatus  # noqa: E402
 from medha_jax.sampling_params import SamplingParams  # noqa: E402
 from medha_jax.scheduler import RuntimePredictor, SchedulerConfig, make_scheduler  # noqa: E402
@@ -42,7 +47,7 @@ from medha_jax.step_input import StepInput  # noqa: E402
 from results_io import cpu_model  # noqa: E402
 
 COEFS = {"const": 4e-3, "tokens": 6e-5, "decodes": 2e-5, "decode_kv": 1e-8}
-PARTS = ("schedule", "step_input", "pack", "finish")
+PARTS = ("schedule", "step_input", "pack", "finish", "outputs")
 PAGE = 16
 
 
@@ -52,12 +57,20 @@ def run(decodes: int, steps: int, min_ctx: int, max_ctx: int, seed: int) -> dict
     sched = make_scheduler(SchedulerConfig(policy=SchedulerConfig().policy, max_num_seqs=2 * decodes), kv,
                            RuntimePredictor(COEFS))
     n = 0
+    tokenizer = byte_tokenizer()
+    streams: dict[str, OutputStream] = {}
 
     def request(prompt_len: int) -> Request:
         nonlocal n
         n += 1
-        return Request(f"q{n}", [rng.randrange(5, 30000) for _ in range(prompt_len)],
-                       SamplingParams(max_tokens=1 << 20, temperature=0.7, top_p=0.9, seed=n), arrival_time=0.0)
+        r = Request(f"q{n}", [rng.randrange(32, 127) for _ in range(prompt_len)],
+                    SamplingParams(max_tokens=1 << 20, temperature=0.7, top_p=0.9, seed=n), arrival_time=0.0)
+        streams[r.request_id] = OutputStream(tokenizer, r)
+        return r
+
+    def on_token(req: Request, tok: int, special: bool) -> str | None:  # what Engine._update passes
+        got.append(req)
+        return streams[req.request_id].on_token(tok, special)
 
     for _ in range(decodes):  # running decodes, their prompts computed by hand (untimed)
         r = request(rng.randint(min_ctx, max_ctx))
@@ -84,16 +97,22 @@ def run(decodes: int, steps: int, min_ctx: int, max_ctx: int, seed: int) -> dict
         pack_batch(step, Bucket(tokens=step.num_tokens, seqs=step.num_rows, pages=width), PAGE)
         t3 = time.perf_counter()
         now += batch.predicted_time or 0.01
+        got: list[Request] = []
+        sampled = [rng.randrange(32, 127) for _ in batch.seqs]
+        t3b = time.perf_counter()
         sched.on_batch_done(batch, now, measured_time=batch.predicted_time)
-        sched.update_from_output(batch, [rng.randrange(5, 30000) for _ in batch.seqs], now)
+        sched.update_from_output(batch, sampled, now, on_token=on_token)
         t4 = time.perf_counter()
-        for p, dt in zip(PARTS, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
+        [streams[r.request_id].output([r.output_token_ids[-1]]) for r in got]
+        t5 = time.perf_counter()
+        for p, dt in zip(PARTS, (t1 - t0, t2 - t1, t3 - t2, t4 - t3b, t5 - t4)):
             times[p].append(dt * 1e3)
         sizes.append((len(batch.seqs), batch.num_tokens, width))
         # keep the decode count: the newest decodes beyond `decodes` finish
         extra = [r for r in sched.running if not r.is_prefill][decodes:]
         for r in extra:
             sched.finish(r, RequestStatus.FINISHED_LENGTH, now)
+            del streams[r.request_id]
     out = {p: {"median_ms": statistics.median(v), "p90_ms": sorted(v)[int(0.9 * (len(v) - 1))]} for p, v in times.items()}
     total = [sum(times[p][i] for p in PARTS) for i in range(steps)]
     out["total"] = {"median_ms": statistics.median(total), "p90_ms": sorted(total)[int(0.9 * (steps - 1))]}

@@ -180,7 +180,7 @@ class IncrementalDetokenizer:
         self.prefix_offset = 0
         self.read_offset = len(self.ids)
         self._held = 0  # characters of ids[read_offset:] already emitted while a character is incomplete
-        self.text = ""
+        self._deltas: list[str] = []  # joined only when `text` is read: += on a growing str copies it every token
 
     def add(self, new_ids: int | Sequence[int]) -> str:
         """Append generated id(s); return the text they complete (possibly "").
@@ -202,7 +202,7 @@ class IncrementalDetokenizer:
         else:
             delta, self._held = tail[self._held:], 0
             self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
-        self.text += delta
+        self._deltas.append(delta)
         return delta
 
     def flush(self) -> str:
@@ -212,5 +212,10 @@ class IncrementalDetokenizer:
         delta = new_text[len(prefix_text) + self._held:] if len(new_text) > len(prefix_text) else ""
         self.prefix_offset = self.read_offset = len(self.ids)
         self._held = 0
-        self.text += delta
+        self._deltas.append(delta)
         return delta
+
+    @property
+    def text(self) -> str:
+        """Everything emitted so far."""
+        return "".join(self._deltas)
