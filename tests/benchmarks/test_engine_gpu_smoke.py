@@ -32,6 +32,7 @@ def test_engine_gpu_dry_run(tmp_path):
     assert [p["phase"] for p in phases] == ["ttft"] * 3 + ["tpot", "offline"]
     assert report["llama8b"]["compiles_after_warmup_total"] == 0
     assert all(p.get("ttft_s", 1) > 0 for p in phases)
+    assert all(0.0 <= p["device_idle_fraction"] < 1.0 and p["ticks"] > 1 for p in phases[3:])
     assert (tmp_path / "engine_hf_llama8b_cpu.md").read_text().startswith("# The engine on cpu")
 
 
