@@ -16,7 +16,9 @@ configuration `policy:cap` (cap: max_num_batched_tokens, or `default` for the en
 convoy's engine shapes and the given runtime profile -> per round, in alternating order, each engine
 gets the workload open-loop (requests added at their arrival times, `engine.step()` in between,
 random prompts) -> per run: the long request's completion and TTFT, short P99 TTFT, short misses
--> medians, and the long completion over fcfs_nonchunked's in the same round ->
+-> medians, and the long completion over fcfs_nonchunked's in the same round (with --keep-records
+also the long request's window: its chunks' predicted time alone and the shorts' share of the
+window, `long_window`) ->
 results/<name>.json and .md with the machine and load.
 """
 
@@ -88,18 +90,50 @@ def run_workload(llm, work: list[dict], rng: random.Random, keep_records: bool) 
            "long_ttft_s": max(first[w["request_id"]] - w["arrival_s"] for w in longs),
            "short_p99_ttft_s": ttft[min(len(ttft) - 1, int(0.99 * len(ttft)))],
            "short_misses": sum(first[w["request_id"]] - w["arrival_s"] > w["ttft_deadline_s"] for w in shorts),
-           "shorts": len(shorts), "iterations": len(eng.scheduler.records), "load": os.getloadavg()[0]}
+           "shorts": len(shorts), "iterations": len(eng.scheduler.records), "load": os.getloadavg()[0],
+           "missed": [(w["request_id"], w["arrival_s"], first[w["request_id"]] - w["arrival_s"], w["ttft_deadline_s"])
+                      for w in shorts if first[w["request_id"]] - w["arrival_s"] > w["ttft_deadline_s"]]}
     if keep_records:
         res["records"] = [(r.composition.to_json(), r.predicted, r.measured) for r in eng.scheduler.records]
+        res.update(long_window(eng.scheduler.records, eng.scheduler.predictor,
+                               max(w["prompt_len"] for w in shorts)))
     return res
+
+
+def long_window(records, predictor, short_max: int) -> dict:
+    """Where the long request's time went, from the iteration records: the iterations from its
+    first chunk to its last (the window), their measured seconds, and the predictor's raw seconds
+    for the whole iterations and for the long chunks alone. others_share = 1 - long alone / whole
+    (predicted): the part of the window the shorts took, so the long request's completion is
+    about its chunked time alone / (1 - others_share). A long chunk is a chunk that reaches past
+    the longest short prompt (`short_max` tokens), so the long prompt's first few chunks, which a
+    short's could be, count as the shorts'."""
+    from medha_jax.scheduler.records import Composition
+
+    def long_part(comp):
+        return [(q, kv) for q, kv in comp.seqs if q > 1 and q + kv > short_max]
+
+    idx = [i for i, r in enumerate(records) if long_part(r.composition)]
+    if not idx or predictor is None:
+        return {}
+    window = list(records)[idx[0]: idx[-1] + 1]
+    whole = sum(predictor.predict_raw(r.composition) for r in window)
+    alone = sum(predictor.predict_raw(Composition.of(long_part(r.composition))) for r in window
+                if long_part(r.composition))
+    return {"window_measured_s": sum(r.measured or 0.0 for r in window), "window_predicted_s": whole,
+            "long_alone_predicted_s": alone, "others_share": 1.0 - alone / whole if whole > 0 else 0.0,
+            "window_iterations": len(window)}
 
 
 def render(report: dict) -> list[str]:
     runs = report["runs"]
     configs = list(runs)
     base = next((c for c in configs if c.startswith("fcfs_nonchunked")), None)
+    shares = any("others_share" in r for rs in runs.values() for r in rs)
     lines = ["| config | long done (median) | vs fcfs_nonchunked, per round | short P99 TTFT (median) "
-             "| short misses per round | every round: long done s |", "|---|---|---|---|---|---|"]
+             "| short misses per round | every round: long done s |"
+             + (" long chunks alone (predicted) s / shorts' share of its window, per round |" if shares else ""),
+             "|---|---|---|---|---|---|" + ("---|" if shares else "")]
     for c in configs:
         rs = runs[c]
         ratio = ("" if base is None or c == base else
@@ -107,7 +141,9 @@ def render(report: dict) -> list[str]:
         lines.append(f"| {c} | {statistics.median(r['long_done_s'] for r in rs):.2f} s | {ratio} | "
                      f"{statistics.median(r['short_p99_ttft_s'] for r in rs):.2f} s | "
                      f"{', '.join(str(r['short_misses']) for r in rs)} / {rs[0]['shorts']} | "
-                     f"{', '.join(f'{r['long_done_s']:.2f}' for r in rs)} |")
+                     f"{', '.join(f'{r['long_done_s']:.2f}' for r in rs)} |"
+                     + (" " + ", ".join(f"{r['long_alone_predicted_s']:.1f} / {r['others_share']:.2f}"
+                                        if "others_share" in r else "-" for r in rs) + " |" if shares else ""))
     return lines
 
 
