@@ -1,6 +1,6 @@
 """Short-request deadline misses when the device runs slow for bursts of iterations (simulator).
 
-    python benchmarks/transient_slowdown.py [--device D] [--qps 1.75,2.5] [--every 500 --burst 60 --factor 4]
+    python benchmarks/transient_slowdown.py [--device D] [--qps 1.75,2.5] [--every 500 --burst 60 --factor 4] [--phases 0,100]
 
 Why: on the 2-core VM the engine sometimes runs a few iterations 2-3x slower than predicted (the
 machine, not the work); in the convoy runs slo's misses came in such rounds. This asks whether
@@ -10,7 +10,8 @@ slo copes worse than EDF with them: its feasibility scan may set shorts aside du
 Data flow: WorkloadSpec (shorts only, Poisson, seed fixed) -> Experiment(profile) -> for each
 policy, the plain device and the same device with every `--every`-th run of `--burst` iterations
 taking `--factor` times as long (`Slowed`: by iteration count, so both policies meet the same
-spells per iteration) -> short misses, how late the missed ones were
+spells per iteration), one run per spell offset `--phases` -> short misses (summed over the
+offsets and per offset), how late the missed ones were
 -> printed and written to results/transient_slowdown.md with the command. Deterministic.
 """
 
@@ -31,16 +32,17 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 class Slowed:
-    """A simulated device whose iterations in [k * every, k * every + burst) take `factor` times as long."""
+    """A simulated device whose iterations i (from 0) with (i + phase) % every < burst take `factor`
+    times as long."""
 
-    def __init__(self, device, every: int, burst: int, factor: float):
-        self.device, self.every, self.burst, self.factor, self.n = device, every, burst, factor, 0
+    def __init__(self, device, every: int, burst: int, factor: float, phase: int = 0):
+        self.device, self.every, self.burst, self.factor, self.n = device, every, burst, factor, phase
         self.depth = device.depth
 
     def run(self, seqs, groups=None):
-        self.n += 1
+        i, self.n = self.n, self.n + 1  # this iteration's index, from 0
         t = self.device.run(seqs) if groups is None else self.device.run(seqs, groups)
-        return (t[0] * self.factor, *t[1:]) if self.n % self.every < self.burst else t
+        return (t[0] * self.factor, *t[1:]) if i % self.every < self.burst else t
 
     def __getattr__(self, name):
         return getattr(self.device, name)
@@ -55,6 +57,9 @@ def main(argv=None) -> int:
     ap.add_argument("--every", type=int, default=500)
     ap.add_argument("--burst", type=int, default=60)
     ap.add_argument("--factor", type=float, default=4.0)
+    ap.add_argument("--phases", default="0,100,200,300,400",
+                    help="offsets of the spells (iterations), a run each: where a spell falls decides who misses "
+                         "in one run, so the table sums over several")
     ap.add_argument("--out", default=str(RESULTS / "transient_slowdown.md"))
     args = ap.parse_args(argv)
     profile = load_profile(args.device)
@@ -62,24 +67,25 @@ def main(argv=None) -> int:
     lines = ["# Short deadline misses under transient device slowdowns (simulator)", "",
              f"`python benchmarks/transient_slowdown.py {' '.join(argv if argv is not None else sys.argv[1:])}`; "
              f"device {args.device}; shorts only, {args.duration:g} s, seed 0; slowdowns: every {args.every} "
-             f"iterations, {args.burst} iterations at {args.factor:g}x.", "",
-             "| QPS | policy | misses, plain device | misses, with slowdowns | missed ones late by (median / max) |",
-             "|---|---|---|---|---|"]
+             f"iterations, {args.burst} iterations at {args.factor:g}x, one run per spell offset ({args.phases}).", "",
+             "| QPS | policy | misses, plain device | misses with slowdowns, all offsets | per offset | "
+             "missed ones late by (median / max) |", "|---|---|---|---|---|---|"]
     for qps in (float(q) for q in args.qps.split(",")):
         specs = generate(WorkloadSpec(qps=qps, duration=args.duration, long_fraction=0.0, seed=0))
         for pol in args.policies.split(","):
             cells = []
-            for slow in (False, True):
-                profile.device_for = ((lambda kind: Slowed(plain(kind), args.every, args.burst, args.factor))
-                                      if slow else plain)
+            for phase in [None, *(int(p) for p in args.phases.split(","))]:
+                profile.device_for = (plain if phase is None else
+                                      lambda kind, p=phase: Slowed(plain(kind), args.every, args.burst, args.factor, p))
                 run = Experiment(profile, seed=0).run(pol, specs)
                 shorts = [o for o in run.outcomes if not o.is_long and o.missed is not None]
-                late = sorted(o.ttft - o.deadline for o in shorts if o.missed)
-                cells.append((len(late), len(shorts), late))
+                cells.append((sorted(o.ttft - o.deadline for o in shorts if o.missed), len(shorts)))
             profile.device_for = plain
-            (m0, n0, _), (m1, n1, late) = cells
+            (late0, n0), slowed = cells[0], cells[1:]
+            late = sorted(x for lt, _ in slowed for x in lt)
             lateness = f"{late[len(late) // 2]:.2f} / {late[-1]:.2f} s" if late else "-"
-            lines.append(f"| {qps:g} | {pol} | {m0} / {n0} | {m1} / {n1} | {lateness} |")
+            lines.append(f"| {qps:g} | {pol} | {len(late0)} / {n0} | **{len(late)}** / {sum(n for _, n in slowed)} | "
+                         f"{', '.join(str(len(lt)) for lt, _ in slowed)} | {lateness} |")
             print(lines[-1], flush=True)
     Path(args.out).write_text("\n".join(lines) + "\n")
     print(f"wrote {args.out}")

@@ -97,9 +97,11 @@ class Policy:
     def key(self, request: Request, now: float) -> float:
         raise NotImplementedError
 
-    def on_iteration(self, prefill_share: float, t_target: float) -> None:
+    def on_iteration(self, prefill_share: float, t_target: float, slowdown: float = 1.0) -> None:
         """Before `candidates`: the fraction of this iteration's device time the decodes leave
-        to prefills, and the iteration's time budget (time-budget packer only)."""
+        to prefills, the iteration's time budget, and how much slower than its raw predictions
+        the device has run lately (the runtime predictor's online correction; time-budget packer
+        only)."""
 
     def group_and_key(self, request: Request) -> tuple[Hashable, float]:
         """(group, static key) of a waiting request; see waiting_index.py."""
@@ -348,6 +350,7 @@ class SLOPolicy(DeadlinePolicy):
         self.inflate, self.min_share = inflate, min_share
         self._share: float | None = None  # EMA of the prefill share (None before the first iteration)
         self._margin = 0.0
+        self._slowdown = 1.0  # the device's recent measured / predicted time, at least 1 (`on_iteration`)
         self.set_aside: set[Request] = set()
         self._prefilling: dict[Request, None] = {}  # left the waiting queue, no first token yet
         # The waiting queue in three parts, kept up to date as requests come and go:
@@ -358,8 +361,9 @@ class SLOPolicy(DeadlinePolicy):
         self._stale = self._seq = 0
         self._round, self._iteration = max(1, round(1.0 / min_share)) if min_share > 0 else 0, 0
 
-    def on_iteration(self, prefill_share: float, t_target: float) -> None:
+    def on_iteration(self, prefill_share: float, t_target: float, slowdown: float = 1.0) -> None:
         share = max(prefill_share, 0.05)
+        self._slowdown = max(1.0, slowdown)
         self._share = share if self._share is None else self._share + self.SHARE_EMA * (share - self._share)
         self._margin = t_target if t_target < float("inf") else 0.0  # batch mode: no budget
         self._iteration += 1
@@ -410,14 +414,17 @@ class SLOPolicy(DeadlinePolicy):
         """(late requests to run before the admitted ones, the rest of `later`): in `later`'s order
         (class, then deadline), those whose remaining work fits in the least slack of the admitted
         EDF schedule (`spare_time`, on the scan's server), so none of the admitted is made late;
-        at most BORROW_SCAN entries are looked at, so overload stays O(requests in time)."""
+        at most BORROW_SCAN entries are looked at, so overload stays O(requests in time). Every
+        estimate is stretched by the device's recent slowdown (`on_iteration`): during a slow
+        spell the admitted schedule has less slack than the estimates say."""
         if not admitted_jobs:  # nothing to run before: `later` is the order already
             return [], later
+        inflate = self.inflate * self._slowdown  # a device running slow leaves less slack than the estimates say
         spare = self.BORROW_FRACTION * spare_time(admitted_jobs, now, rate=self._share or 1.0, margin=self._margin,
-                                                  inflate=self.inflate)
+                                                  inflate=inflate)
         if not spare > 0.0:
             return [], later
-        scale = self.inflate / (self._share or 1.0)
+        scale = inflate / (self._share or 1.0)
         early, skipped = [], []
         for e in itertools.islice(later, self.BORROW_SCAN):
             w = (e[4] if len(e) > 4 else self.remaining(e[3])) * scale  # a given-up entry carries its estimate

@@ -119,7 +119,7 @@ def test_slo_offers_a_preempted_partial_prefill_once():
     assert sorted(r.request_id for r in offered) == ["r0", "r1"]
 
 
-def _slo_order_check(classes, seed):
+def _slo_order_check(classes, seed, slowdown=1.0):
     from medha_jax.scheduler import RuntimePredictor
     from tests.scheduler.factories import make_requests, make_scheduler
 
@@ -132,7 +132,7 @@ def _slo_order_check(classes, seed):
     reqs = make_requests(n, prompt_len=[rng.randint(16, 1500) for _ in range(n)],
                          arrival=sorted(rng.uniform(0.0, 10.0) for _ in range(n)),
                          ttft_deadline=[rng.uniform(0.05, 2.0) for _ in range(n)])
-    queued, spared, borrowed = [], 0, 0
+    queued, spared, borrowed, stats = [], 0, 0, {}
     for step in range(1, 41):
         now = step * 0.25
         while len(queued) < n and reqs[len(queued)].arrival_time <= now:
@@ -141,7 +141,7 @@ def _slo_order_check(classes, seed):
             s.add_request(r)
             queued.append(r)
         share, margin = (1.0, 0.0) if step % 2 else (0.8, 0.05)  # full speed: the hopeless test's own bound
-        pol.on_iteration(share, margin)
+        pol.on_iteration(share, margin, slowdown)
         got = [r.request_id for r in pol.candidates([], now)]
         jobs = [(r.arrival_time + pol.deadline(r), pol.remaining(r), r, r.priority_class) for r in queued]
         in_time = [j for j in jobs if j[0] >= now + pol.inflate * j[1]]
@@ -157,6 +157,11 @@ def _slo_order_check(classes, seed):
         delay = sum(pol.remaining(r) for r in early) * pol.inflate / share  # they run first: admitted still in time
         assert sacrifice([j for j in jobs if j[2] in set(admitted)], now, rate=share, margin=margin + delay,
                          inflate=pol.inflate)[1] == []
+        # on a device running `slowdown` times slower than estimated, the borrowed work still fits
+        # in the part of the admitted schedule's slack that borrowing may take
+        slow = pol.inflate * slowdown
+        assert delay * slowdown <= pol.BORROW_FRACTION * spare_time(
+            [j for j in jobs if j[2] in set(admitted)], now, rate=share, margin=margin, inflate=slow) + 1e-9
         borrowed += len(early)
         assert set(aside) == {r for r in queued if pol.key(r, now) >= pol.SET_ASIDE}
         whole = sacrifice(jobs, now, rate=share, margin=margin, inflate=pol.inflate)[0]
@@ -165,7 +170,17 @@ def _slo_order_check(classes, seed):
         spared += len(set(admitted) - set(whole))
     assert pol._hopeless and len(pol._hopeless) < n  # some turned hopeless, some are still in time
     assert borrowed > 0  # some late requests ran in the others' slack
-    return spared
+    return spared if slowdown == 1.0 else borrowed
+
+
+def test_slo_borrows_only_the_slack_a_slow_device_leaves():
+    """Told that the device has been running 1.5x slower than estimated (the predictor's online
+    correction), slo borrows only the admitted schedule's slack at that speed: its borrowed work,
+    1.5x as long, still fits, and it borrows less than at full speed. Without this a slow spell
+    made borrowed requests push admitted ones late (benchmarks/transient_slowdown.py)."""
+    full = _slo_order_check([0], seed=11, slowdown=1.0 + 1e-12)
+    slow = _slo_order_check([0], seed=11, slowdown=1.5)
+    assert 0 < slow < full
 
 
 def test_slo_candidates_are_moore_hodgson_over_the_requests_still_in_time():
