@@ -84,15 +84,16 @@ def run_workload(llm, work: list[dict], rng: random.Random, keep_records: bool) 
             if out.finished:
                 done[out.request_id] = t
     shorts = [w for w in work if w["kind"] == "short"]
-    ttft = sorted(first[w["request_id"]] - w["arrival_s"] for w in shorts)
+    short_ttft = [first[w["request_id"]] - w["arrival_s"] for w in shorts]
+    missed = [(w["request_id"], w["arrival_s"], t, w["ttft_deadline_s"])
+              for w, t in zip(shorts, short_ttft) if t > w["ttft_deadline_s"]]
+    ttft = sorted(short_ttft)
     longs = [w for w in work if w["kind"] == "long"]
     res = {"long_done_s": max(done[w["request_id"]] - w["arrival_s"] for w in longs),
            "long_ttft_s": max(first[w["request_id"]] - w["arrival_s"] for w in longs),
            "short_p99_ttft_s": ttft[min(len(ttft) - 1, int(0.99 * len(ttft)))],
-           "short_misses": sum(first[w["request_id"]] - w["arrival_s"] > w["ttft_deadline_s"] for w in shorts),
-           "shorts": len(shorts), "iterations": len(eng.scheduler.records), "load": os.getloadavg()[0],
-           "missed": [(w["request_id"], w["arrival_s"], first[w["request_id"]] - w["arrival_s"], w["ttft_deadline_s"])
-                      for w in shorts if first[w["request_id"]] - w["arrival_s"] > w["ttft_deadline_s"]]}
+           "short_misses": len(missed), "shorts": len(shorts), "iterations": len(eng.scheduler.records),
+           "load": os.getloadavg()[0], "missed": missed}
     if keep_records:
         res["records"] = [(r.composition.to_json(), r.predicted, r.measured) for r in eng.scheduler.records]
         res.update(long_window(eng.scheduler.records, eng.scheduler.predictor,
@@ -113,13 +114,14 @@ def long_window(records, predictor, short_max: int) -> dict:
     def long_part(comp):
         return [(q, kv) for q, kv in comp.seqs if q > 1 and q + kv > short_max]
 
-    idx = [i for i, r in enumerate(records) if long_part(r.composition)]
+    records = list(records)
+    parts = [long_part(r.composition) for r in records]  # the long chunk of each iteration, or []
+    idx = [i for i, p in enumerate(parts) if p]
     if not idx or predictor is None:
         return {}
-    window = list(records)[idx[0]: idx[-1] + 1]
+    window = records[idx[0]: idx[-1] + 1]
     whole = sum(predictor.predict_raw(r.composition) for r in window)
-    alone = sum(predictor.predict_raw(Composition.of(long_part(r.composition))) for r in window
-                if long_part(r.composition))
+    alone = sum(predictor.predict_raw(Composition.of(p)) for p in parts[idx[0]: idx[-1] + 1] if p)
     return {"window_measured_s": sum(r.measured or 0.0 for r in window), "window_predicted_s": whole,
             "long_alone_predicted_s": alone, "others_share": 1.0 - alone / whole if whole > 0 else 0.0,
             "window_iterations": len(window)}

@@ -61,6 +61,21 @@ def percentile(xs: list[float], p: float) -> float:
     return xs[min(len(xs) - 1, int(round(p / 100.0 * (len(xs) - 1))))]
 
 
+def add_running_decode(sched, request: Request, token: int) -> None:
+    """Put `request` into the scheduler as a running decode, its prompt's KV computed and `token`
+    sampled, by hand (a benchmark's untimed setup; `host_step_cost.py` uses it too). It leaves the
+    waiting queue as `Scheduler.add_seq` makes it: the policy is told, else the deadline policies
+    keep ranking it as a prefill candidate."""
+    sched.add_request(request)
+    del sched.waiting[request]
+    sched.policy.on_leave_waiting(request)
+    sched.running[request] = None
+    sched.kv.allocate(request, request.prompt_len)
+    request.num_computed_tokens = request.prompt_len
+    request.output_token_ids.append(token)
+    request.status = RequestStatus.RUNNING
+
+
 def run(policy: str, iterations: int, n_waiting: int, n_running: int, seed: int, gc_mode: str = "on") -> dict:
     predictor = RuntimePredictor(COEFS)
     cfg = SchedulerConfig(policy=policy, max_num_seqs=2 * n_running)
@@ -70,15 +85,7 @@ def run(policy: str, iterations: int, n_waiting: int, n_running: int, seed: int,
     now = 0.0
     # Running decodes: prefill them in one go by hand (not timed), then the waiting queue.
     for _ in range(n_running):
-        r = wl.request(now, prompt_len=wl.rng.randint(256, 8192))
-        sched.add_request(r)
-        del sched.waiting[r]
-        sched.policy.on_leave_waiting(r)  # as `add_seq` does: the policy no longer counts it as queued
-        sched.running[r] = None
-        kv.allocate(r, r.prompt_len)
-        r.num_computed_tokens = r.prompt_len
-        r.output_token_ids.append(0)
-        r.status = RequestStatus.RUNNING
+        add_running_decode(sched, wl.request(now, prompt_len=wl.rng.randint(256, 8192)), 0)
     for _ in range(n_waiting):
         sched.add_request(wl.request(now))
     gc.enable()
