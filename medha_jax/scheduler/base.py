@@ -51,6 +51,7 @@ With kvp > 1 predicted times are the slowest kvp group's (`kvp_cost`). Pure Pyth
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable, Iterator, Sequence
 
 from medha_jax.batch import ScheduledBatch, ScheduledSeq
@@ -60,7 +61,9 @@ from medha_jax.request import Request, RequestStatus
 from medha_jax.scheduler.config import SchedulerConfig
 from medha_jax.scheduler.kvp_cost import predict_pairs
 from medha_jax.scheduler.records import Composition, IterationLog, IterationRecord
-from medha_jax.scheduler.stops import at_length, is_special, stop_status
+from medha_jax.scheduler.stops import is_special, stop_status
+
+_request_of = operator.itemgetter(0)  # ScheduledSeq -> its request, at C speed
 
 
 class LiveRequests:
@@ -520,12 +523,10 @@ class Scheduler:
         add_page = self.kv.try_add_page
         first_groups = self.kv.first_groups
         one_group = self.kv.kvp == 1  # every request's first group is 0
-        max_len = self.max_model_len
+        max_len = self.max_model_len if self.max_model_len is not None else 1 << 62
         preempted = batch.preempted
         append, new, seq = seqs.append, tuple.__new__, ScheduledSeq
-        n = len(seqs)
-        ready = []  # the decodes scheduled, marked in flight together after the loop
-        mark = ready.append
+        n = marked = len(seqs)  # seqs[marked:]: scheduled, not yet marked in flight (all at once, after the loop)
         # a snapshot (`reserve` may preempt); in-flight requests are left out up front (none when
         # the engine waits for each step)
         pool = tuple(running) if not in_flight else [r for r in running if r not in in_flight]
@@ -533,13 +534,14 @@ class Scheduler:
             out = req.output_token_ids
             done = req.num_computed_tokens
             pending = req.num_pending_tokens
-            remaining = len(req.prompt_token_ids) + len(out) + pending - done
-            if remaining != 1 or not (out or pending):
-                if remaining >= 1:
+            total = len(req.prompt_token_ids) + len(out) + pending
+            if total - done != 1 or not (out or pending):
+                if total > done:
                     partials.append(req)
                 continue
-            if pending and at_length(req, max_len):
-                continue  # its pending token is its last, whatever its id: nothing more to compute
+            # its pending token is its last, whatever its id: nothing more to compute (`at_length`, inlined)
+            if pending and (len(out) + pending >= req.sampling_params.max_tokens or total >= max_len):
+                continue
             rid = req.request_id
             if per_group:
                 g = (first_groups[rid] + done // M) % k  # the group holding `done` (kvp_layout.owner, inlined)
@@ -551,17 +553,16 @@ class Scheduler:
                 continue  # preempted as a victim of an earlier decode
             c = covered[rid]  # a decode holds pages: its context's
             if done >= c and (done != c or not add_page(req)):  # position `done` needs a page; none at hand
-                in_flight.update(ready)  # scheduled decodes are no victims
-                ready.clear()
+                in_flight.update(map(_request_of, seqs[marked:]))  # scheduled decodes are no victims
+                marked = len(seqs)
                 if not self.reserve(req, 1, batch, now):
                     continue  # it got none: it preempted itself
             append(new(seq, (req, done, 1, tables[rid], True, 1, 0 if one_group else first_groups[rid])))
-            mark(req)
             n += 1
             if per_group:
                 g_rows[g] += 1
                 g_tokens[g] += 1
-        in_flight.update(ready)
+        in_flight.update(map(_request_of, seqs[marked:]))
         batch.num_rows = n
         if not per_group:
             g_rows[0] = g_tokens[0] = n

@@ -21,7 +21,10 @@ runtime predictor's error). Pure Python, no JAX.
 from __future__ import annotations
 
 import heapq
+import operator
 from collections.abc import Iterable
+
+_deadline = operator.itemgetter(0)
 
 
 def sacrifice(jobs: Iterable[tuple], now: float, *, rate: float = 1.0, margin: float = 0.0,
@@ -30,29 +33,31 @@ def sacrifice(jobs: Iterable[tuple], now: float, *, rate: float = 1.0, margin: f
     if not rate > 0:
         raise ValueError(f"rate must be > 0, got {rate!r}")
     scale = inflate / rate
-    order = sorted(jobs, key=lambda j: j[0])
+    order = sorted(jobs, key=_deadline)
     t = now + margin
     heap: list[tuple[float, float, int]] = []  # (-rank, -duration, position in order)
-    heaped = False  # the heap is built at the first overrun: a feasible load costs one pass
-    dropped: set[int] = set()
-    for i, job in enumerate(order):
+    for i, job in enumerate(order):  # a feasible load costs this one pass, and no heap
         dur = job[1] * scale
         t += dur
-        entry = (-(job[3] if len(job) > 3 else 0), -dur, i)
-        if heaped:
-            heapq.heappush(heap, entry)
-        else:
-            heap.append(entry)
+        heap.append((-(job[3] if len(job) > 3 else 0), -dur, i))
         if t > job[0]:
-            if not heaped:
-                heapq.heapify(heap)
-                heaped = True
-            while t > job[0] and heap:
-                _, neg, j = heapq.heappop(heap)
-                t += neg
-                dropped.add(j)
-    if not dropped:
+            break
+    else:
         return [j[2] for j in order], []
+    heapq.heapify(heap)  # the first overrun (job i): sacrifice from here on
+    dropped: set[int] = set()
+    while True:
+        while t > job[0] and heap:
+            _, neg, j = heapq.heappop(heap)
+            t += neg
+            dropped.add(j)
+        i += 1
+        if i == len(order):
+            break
+        job = order[i]
+        dur = job[1] * scale
+        t += dur
+        heapq.heappush(heap, (-(job[3] if len(job) > 3 else 0), -dur, i))
     return ([order[i][2] for i in range(len(order)) if i not in dropped],
             [order[i][2] for i in sorted(dropped)])
 
@@ -67,7 +72,7 @@ def spare_time(jobs: Iterable[tuple], now: float, *, rate: float = 1.0, margin: 
     scale = inflate / rate
     t = now + margin
     spare = float("inf")
-    for job in sorted(jobs, key=lambda j: j[0]):
+    for job in sorted(jobs, key=_deadline):
         t += job[1] * scale
         spare = min(spare, job[0] - t)
     return max(spare, 0.0)

@@ -100,8 +100,7 @@ class Policy:
     def on_iteration(self, prefill_share: float, t_target: float, slowdown: float = 1.0) -> None:
         """Before `candidates`: the fraction of this iteration's device time the decodes leave
         to prefills, the iteration's time budget, and how much slower than its raw predictions
-        the device has run lately (the runtime predictor's online correction; time-budget packer
-        only)."""
+        the device runs now (the runtime predictor's `slowdown`; time-budget packer only)."""
 
     def group_and_key(self, request: Request) -> tuple[Hashable, float]:
         """(group, static key) of a waiting request; see waiting_index.py."""
@@ -448,7 +447,7 @@ class SLOPolicy(DeadlinePolicy):
         running prefills), not O(queue). A waiting request's remaining
         time is its static estimate."""
         info = self._info
-        grown = dict.fromkeys(self.set_aside, 1.0 + self.REJOIN)  # set aside last time: must fit with REJOIN more
+        set_aside, grow = self.set_aside, 1.0 + self.REJOIN  # set aside last time: must fit with REJOIN more
         jobs, hopeless = [], []
         fastest = self.inflate  # no prefill share is above 1, no margin below 0
         for r in self._live:  # no output: its token count and so its estimate i[2] - i[4] are those of on_add
@@ -458,14 +457,15 @@ class SLOPolicy(DeadlinePolicy):
             if d < now + fastest * left:
                 hopeless.append(r)
             else:
-                jobs.append((d, left * grown.get(r, 1.0), r, r.priority_class))
+                jobs.append((d, left * grow if r in set_aside else left, r, r.priority_class))
         if hopeless:
             self._give_up(hopeless)
         for r in list(self._prefilling):  # running prefills, in flight or not: they use the device too
             if r.output_token_ids:
                 del self._prefilling[r]
             else:
-                jobs.append((r.arrival_time + info[r][0], self.remaining(r) * grown.get(r, 1.0), r, r.priority_class))
+                left = self.remaining(r)
+                jobs.append((r.arrival_time + info[r][0], left * grow if r in set_aside else left, r, r.priority_class))
         admitted, aside = sacrifice(jobs, now, rate=self._share or 1.0, margin=self._margin, inflate=self.inflate)
         self.set_aside = set(aside)
         admitted_set = set(admitted)

@@ -22,7 +22,9 @@ measurements support (none, if they explain nothing). Coefficients are non-negat
 NNLS, relative-error weighted), so predictions grow with every kind of work, except that a chunk
 reaching a multiple of 128 tokens may cost less than the one just below it (`chunk_period`: the
 packer's search allows for it). Predictions are multiplied by `correction`, an exponential moving average
-of measured/raw-predicted ratios. Pure Python.
+of measured/raw-predicted ratios (slow: it averages out one iteration's noise). `slowdown` is how much
+slower than predicted the device runs right now: the larger of `correction` and the last iteration's
+ratio, so that a slow spell shows at its first iteration. Pure Python.
 """
 
 from __future__ import annotations
@@ -119,6 +121,7 @@ class RuntimePredictor:
         self.tiling = tiling
         self.ema_alpha = ema_alpha
         self.correction = 1.0
+        self.last_ratio = 1.0  # the last iteration's measured / raw predicted (clamped)
         self.fit_info = dict(fit_info or {})
 
     # ---- prediction ------------------------------------------------------------------------
@@ -157,9 +160,17 @@ class RuntimePredictor:
             return
         ratio = min(max(measured / raw, 0.2), 5.0)
         self.correction += self.ema_alpha * (ratio - self.correction)
+        self.last_ratio = ratio
+
+    @property
+    def slowdown(self) -> float:
+        """How much slower than its raw predictions the device runs now, at least 1: the larger of
+        the correction and the last iteration's ratio (a slow spell's first iteration shows in
+        the ratio at once, in the correction only after tens of iterations)."""
+        return max(1.0, self.correction, self.last_ratio)
 
     def reset_correction(self) -> None:
-        self.correction = 1.0
+        self.correction = self.last_ratio = 1.0
 
     # ---- fitting and scoring ---------------------------------------------------------------
     @classmethod

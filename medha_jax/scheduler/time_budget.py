@@ -40,12 +40,15 @@ Pure Python, no JAX.
 from __future__ import annotations
 
 import math
+import operator
 
 from medha_jax.batch import ScheduledBatch
 from medha_jax.kvp_layout import owner
 from medha_jax.scheduler.chunking import budget_chunk
 from medha_jax.scheduler.kvp_cost import batch_cost
 from medha_jax.scheduler.tpot_bank import decode_slack
+
+_start_of = operator.itemgetter(1)  # ScheduledSeq -> start_pos
 
 TILE_GAIN = 0.1
 """A chunk ending inside an attention tile is grown to the whole tile (or waits for it) only when
@@ -74,7 +77,7 @@ class TimeBudgetPacker:
         whole_tiles = (self.predictor.chunk_period > 0 and cfg.bank_cap > 1.0 and cfg.depth == 1
                        and not kv.per_group_batches and t_target < math.inf and bool(batch.seqs))
         if kv.kvp == 1:
-            starts = [s.start_pos for s in batch.seqs]  # phase 1 put only decodes here
+            starts = list(map(_start_of, batch.seqs))  # phase 1 put only decodes here
             cost.add_decodes(len(starts), sum(starts), max(starts, default=0))
         else:
             for s in batch.seqs:
@@ -88,7 +91,7 @@ class TimeBudgetPacker:
             busy = sum(cost.group_time(g) > 0 for g in range(kv.kvp))
             fair = t_pred + (t_target - t_pred) / max(busy, 1)
         # t_target inf: batch mode; the policy's margin is one token's time (a tick plus the pipeline fill)
-        sched.policy.on_iteration(max(0.0, 1.0 - t_pred / t_target), sched.token_target, self.predictor.correction)
+        sched.policy.on_iteration(max(0.0, 1.0 - t_pred / t_target), sched.token_target, self.predictor.slowdown)
         per_group = kv.per_group_batches
         prefills_on = [0] * kv.kvp  # prefill chunks per kvp group (per_group: each group's own budget)
         long_groups: set[int] = set()

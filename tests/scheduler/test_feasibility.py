@@ -183,6 +183,27 @@ def test_slo_borrows_only_the_slack_a_slow_device_leaves():
     assert 0 < slow < full
 
 
+def test_slo_sees_a_slow_spell_from_its_first_iteration():
+    """The packer tells the policy the predictor's `slowdown`: after one iteration measured 4x its
+    prediction slo borrows as on a 4x slower device, although the online correction (an average
+    over tens of iterations) has moved 5% of the way. With the correction alone, a spell's first
+    iterations borrowed at nearly full speed (slo 118 vs edf 109 missed shorts in
+    `benchmarks/transient_slowdown.py` at 2.5 QPS; with the last ratio 105 vs 109)."""
+    from medha_jax.scheduler import RuntimePredictor
+    from medha_jax.scheduler.records import Composition
+    from tests.scheduler.factories import make_requests, make_scheduler
+
+    pred = RuntimePredictor({"const": 1e-3, "tokens": 4e-4})
+    s = make_scheduler("slo", num_pages=1 << 12, predictor=pred)
+    for r in make_requests(2, prompt_len=[64, 64]):
+        s.add_request(r)
+    comp = Composition.of([(64, 0)])
+    pred.observe(comp, 4.0 * pred.predict_raw(comp))
+    s.schedule(0.0)
+    assert pred.correction == pytest.approx(1.15)
+    assert s.policy._slowdown == pytest.approx(4.0)
+
+
 def test_slo_candidates_are_moore_hodgson_over_the_requests_still_in_time():
     """slo keeps hopeless requests (late even alone at full speed) out of its feasibility scan and
     sets them aside for good. With one class that changes nothing: Moore-Hodgson never gives up an

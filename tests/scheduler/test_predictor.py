@@ -158,6 +158,22 @@ def test_online_correction_tracks_measured_over_predicted():
     assert p.correction == 1.0
 
 
+def test_slowdown_shows_a_slow_spell_at_once_and_never_goes_below_one():
+    p = RuntimePredictor({"tokens": 1e-3})  # the engine's slow correction (alpha 0.05)
+    comp = Composition.of([(100, 0)])
+    assert p.slowdown == 1.0
+    p.observe(comp, 0.4)  # one iteration 4x slow: the correction barely moves, the slowdown shows it
+    assert p.correction == pytest.approx(1.15)
+    assert p.slowdown == pytest.approx(4.0)
+    p.observe(comp, 0.1)  # the spell ends: the correction still remembers it
+    assert p.slowdown == pytest.approx(p.correction) and p.correction > 1.0
+    for _ in range(200):  # faster than predicted: no speed-up is assumed
+        p.observe(comp, 0.05)
+    assert p.slowdown == 1.0
+    p.reset_correction()
+    assert (p.correction, p.last_ratio) == (1.0, 1.0)
+
+
 def test_save_load_roundtrip_and_key_check(tmp_path):
     key = ProfileKey(model="llama3-8b", mesh="tp=8,spp=1,kvp=1", dtype="bfloat16", device="NVIDIA H100 80GB")
     samples = [(c, RuntimePredictor({**TRUE, "tile_kv": 1e-9}).predict(c)) for c in random_compositions(50)]
