@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import tokenizers
 
 from medha_jax.demo_model import byte_tokenizer
 from medha_jax.tokenizer import REPLACEMENT, Tokenizer
@@ -58,6 +59,58 @@ def test_streaming_deltas_reassemble_the_text(which, text, tok):
     assert not any(REPLACEMENT in x for x in deltas)
     if which == "bytes" and len(text.encode()) > len(text):  # multi-byte chars held back, then whole
         assert "" in deltas
+
+
+def sentencepiece_style() -> Tokenizer:
+    """A Llama-2-style decoder (▁ for spaces, <0xNN> byte fallback, the string's first space
+    stripped), the kind whose output depends on the context a delta is decoded in."""
+    from tokenizers import AddedToken, decoders, models
+
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    vocab.update({f"<0x{b:02X}>": 3 + b for b in range(256)})
+    for piece in ["▁", "▁hello", "▁world", "▁the", "h", "e", "l", "o", "é", "東", "▁▁"]:
+        vocab[piece] = len(vocab)
+    hf = tokenizers.Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>", byte_fallback=True))
+    hf.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                    decoders.Strip(" ", 1, 0)])
+    hf.add_special_tokens([AddedToken("<s>", special=True), AddedToken("</s>", special=True)])
+    return Tokenizer(hf, bos_token_id=1, eos_token_ids=[2])
+
+
+@pytest.mark.parametrize("which", ["bpe", "bytes", "sentencepiece"])
+@pytest.mark.parametrize("seed", range(4))
+def test_decode_stream_gives_the_windowed_decoders_text(which, seed, tok):
+    """The Rust DecodeStream path and the windowed-decode path produce the same text, flush
+    included, on random id sequences fed one id at a time as the engine does (garbage bytes,
+    special tokens, prompts ending mid-character; byte-level and SentencePiece-style decoders).
+    On garbage a byte-fallback decoder re-renders earlier bytes once more arrive; DecodeStream
+    then raises and the request goes on on the windowed path, which that case exercises."""
+    import random
+
+    from medha_jax.tokenizer import DecodeStream, IncrementalDetokenizer
+
+    if DecodeStream is None:
+        pytest.skip("tokenizers without DecodeStream: only the windowed path exists")
+    t = {"bpe": tok, "bytes": byte_tokenizer(), "sentencepiece": sentencepiece_style()}[which]
+    rng = random.Random(seed)
+    fell_back = 0
+    for _ in range(60):
+        prompt = [rng.randrange(t.vocab_size) for _ in range(rng.randint(0, 6))]
+        ids = [rng.randrange(t.vocab_size) for _ in range(rng.randint(1, 40))]
+        skip = rng.random() < 0.7
+        fast = IncrementalDetokenizer(t, prompt, skip)
+        slow = IncrementalDetokenizer(t, prompt, skip)
+        assert fast._stream is not None
+        slow._stream = None
+        texts = []
+        for d in (fast, slow):
+            streamed = "".join(d.add(i) for i in ids) + d.flush()
+            assert streamed == d.text
+            texts.append(streamed)
+        assert texts[0] == texts[1], (prompt, ids, skip)
+        fell_back += fast._stream is None
+    if which == "sentencepiece":
+        assert fell_back > 0  # the fallback ran
 
 
 def test_flush_emits_an_incomplete_character(tok):
