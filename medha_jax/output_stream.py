@@ -41,34 +41,31 @@ class OutputStream:
 
     def output(self, new_ids: list[int], *, flush: bool = True) -> RequestOutput:
         """A snapshot after this iteration. A finished request's snapshot is final: with `flush`
-        it carries the text held back so far (stop and length), without it none (abort, error)."""
+        it carries the text held back so far (stop and length), without it none (abort, error).
+        Built with positional arguments (RequestOutput's and RequestMetrics' field order): the
+        engine makes one per running request per iteration."""
         req = self.request
         n_new = len(new_ids)
-        new_lps = req.output_logprobs[len(req.output_logprobs) - n_new:] if req.output_logprobs and n_new else []
-        tops = req.output_top_logprobs
+        lps, tops = req.output_logprobs, req.output_top_logprobs
+        new_lps = lps[len(lps) - n_new:] if lps and n_new else []
         new_tops = tops[len(tops) - n_new:] if tops and n_new else []
-        if req.is_finished:
+        finished = req.status.finished
+        if finished:
             new_text = self.text.flush() if flush else ""
-            token_ids, logprobs, times = list(req.output_token_ids), list(req.output_logprobs), list(req.token_times)
+            token_ids, logprobs, times = list(req.output_token_ids), list(lps), list(req.token_times)
             top = list(tops)
             text = self.text.text
         else:
             new_text = self.text.take_delta()
             token_ids = Prefix(req.output_token_ids, len(req.output_token_ids))
-            logprobs = Prefix(req.output_logprobs, len(req.output_logprobs))
+            logprobs = Prefix(lps, len(lps))
             times = Prefix(req.token_times, len(req.token_times))
             top = Prefix(tops, len(tops))
             text = self.text.so_far()
-        return RequestOutput(
-            request_id=req.request_id, prompt_token_ids=req.prompt_token_ids, token_ids=token_ids,
-            text_so_far=text, logprobs=logprobs, finished=req.is_finished,
-            finish_reason=req.status.value if req.is_finished else None, stop_reason=req.stop_reason,
-            new_token_ids=new_ids, new_text=new_text, new_logprobs=new_lps, top_logprobs=top,
-            new_top_logprobs=new_tops, **self._prompt_scores(),
-            metrics=RequestMetrics(
-                arrival_time=req.arrival_time, first_scheduled_time=req.first_scheduled_time,
-                first_token_time=req.first_token_time, finish_time=req.finish_time,
-                token_times=times, num_preemptions=req.num_preemptions, num_cached_tokens=req.num_cached_tokens,
-            ),
-            error=req.error,
-        )
+        scores = self._prompt_scores() if req.sampling_params.prompt_logprobs is not None else {}
+        metrics = RequestMetrics(req.arrival_time, req.first_scheduled_time, req.first_token_time, req.finish_time,
+                                 times, req.num_preemptions, req.num_cached_tokens)
+        return RequestOutput(req.request_id, req.prompt_token_ids, token_ids, text, logprobs, finished,
+                             req.status.value if finished else None, req.stop_reason, new_ids, new_text, metrics,
+                             req.error, new_lps, top, new_tops, scores.get("prompt_logprobs"),
+                             scores.get("prompt_top_logprobs"))
