@@ -73,6 +73,7 @@ class Experiment:
         pol = get_policy(policy)
         specs = self.assign_deadlines(specs)
         caching = self.prefix_caching if prefix_caching is None else prefix_caching
+        self.predictor.reset_correction()  # shared by the runs: each starts where a fresh engine would
         sched = pol.build(self.profile.kv_manager(prefix_caching=caching), self.predictor, **self.config)
         result = simulate(sched, specs, self.profile.device_for(pol.device_kind), horizon=horizon, observer=observer)
         outcomes = request_outcomes(result, self.work)
