@@ -34,12 +34,13 @@ def sacrifice(jobs: Iterable[tuple], now: float, *, rate: float = 1.0, margin: f
         raise ValueError(f"rate must be > 0, got {rate!r}")
     scale = inflate / rate
     order = sorted(jobs, key=_deadline)
+    ranked = any(len(j) > 3 and j[3] for j in order)  # else every rank is 0: entries without it compare faster
     t = now + margin
-    heap: list[tuple[float, float, int]] = []  # (-rank, -duration, position in order)
+    heap: list[tuple] = []  # (-rank, -duration, position in order), or (-duration, position) unranked
     for i, job in enumerate(order):  # a feasible load costs this one pass, and no heap
         dur = job[1] * scale
         t += dur
-        heap.append((-(job[3] if len(job) > 3 else 0), -dur, i))
+        heap.append((-(job[3] if len(job) > 3 else 0), -dur, i) if ranked else (-dur, i))
         if t > job[0]:
             break
     else:
@@ -48,16 +49,16 @@ def sacrifice(jobs: Iterable[tuple], now: float, *, rate: float = 1.0, margin: f
     dropped: set[int] = set()
     while True:
         while t > job[0] and heap:
-            _, neg, j = heapq.heappop(heap)
-            t += neg
-            dropped.add(j)
+            e = heapq.heappop(heap)
+            t += e[-2]
+            dropped.add(e[-1])
         i += 1
         if i == len(order):
             break
         job = order[i]
         dur = job[1] * scale
         t += dur
-        heapq.heappush(heap, (-(job[3] if len(job) > 3 else 0), -dur, i))
+        heapq.heappush(heap, (-(job[3] if len(job) > 3 else 0), -dur, i) if ranked else (-dur, i))
     return ([order[i][2] for i in range(len(order)) if i not in dropped],
             [order[i][2] for i in sorted(dropped)])
 
