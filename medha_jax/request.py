@@ -33,7 +33,7 @@ class RequestStatus(enum.Enum):
 
     @property
     def finished(self) -> bool:
-        return self.value in ("stop", "length", "abort", "error")
+        return self._value_ in ("stop", "length", "abort", "error")  # _value_: no enum descriptor per read
 
 
 @dataclass(eq=False, slots=True)

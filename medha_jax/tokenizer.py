@@ -215,8 +215,22 @@ class IncrementalDetokenizer:
         in an incomplete UTF-8 character (the decoder yields U+FFFD) the complete characters before
         it are emitted and the offsets stay, so the held character comes out whole later.
         """
+        stream = self._stream
+        if stream is not None and type(new_ids) is int:  # the engine's case: one id per iteration
+            try:
+                piece = stream.step(self.tok.tok, new_ids)
+            except Exception:  # the stream gave up (see _add_streamed)
+                self._stream = None
+                return self._add_windowed([new_ids])
+            self.ids.append(new_ids)
+            if piece is None:
+                return ""
+            self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
+            if piece:
+                self._deltas.append(piece)
+            return piece
         new_ids = [new_ids] if isinstance(new_ids, int) else list(new_ids)
-        if self._stream is not None:
+        if stream is not None:
             return self._add_streamed(new_ids)
         return self._add_windowed(new_ids)
 

@@ -310,6 +310,8 @@ class Scheduler:
         if prompt_scores:
             for i, scores in prompt_scores.items():
                 self._keep_prompt_scores(batch.seqs[i], *scores)
+        if not isinstance(sampled, int) and hasattr(sampled, "tolist"):
+            sampled = sampled.tolist()  # Python ints in one call, not one numpy scalar per sequence
         for i, seq in enumerate(batch.seqs):
             if not seq.samples:
                 continue
@@ -322,7 +324,7 @@ class Scheduler:
                 req.num_pending_tokens -= 1
             elif req.num_computed_tokens != req.num_tokens:
                 continue
-            tok = sampled if isinstance(sampled, int) else int(sampled[i])
+            tok = sampled if isinstance(sampled, int) else int(sampled[i])  # int(): a list may hold numpy ints
             req.output_token_ids.append(tok)
             if logprobs is not None and req.sampling_params.logprobs:
                 req.output_logprobs.append(float(logprobs[i]))

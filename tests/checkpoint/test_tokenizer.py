@@ -93,7 +93,7 @@ def test_decode_stream_gives_the_windowed_decoders_text(which, seed, tok):
         pytest.skip("tokenizers without DecodeStream: only the windowed path exists")
     t = {"bpe": tok, "bytes": byte_tokenizer(), "sentencepiece": sentencepiece_style()}[which]
     rng = random.Random(seed)
-    fell_back = 0
+    fell_back = chunked_fell_back = 0
     for _ in range(60):
         prompt = [rng.randrange(t.vocab_size) for _ in range(rng.randint(0, 6))]
         ids = [rng.randrange(t.vocab_size) for _ in range(rng.randint(1, 40))]
@@ -109,8 +109,16 @@ def test_decode_stream_gives_the_windowed_decoders_text(which, seed, tok):
             texts.append(streamed)
         assert texts[0] == texts[1], (prompt, ids, skip)
         fell_back += fast._stream is None
+        chunked = IncrementalDetokenizer(t, prompt, skip)  # several ids per call (the stream's other path)
+        cuts = sorted(rng.sample(range(1, len(ids)), min(len(ids) - 1, 5))) if len(ids) > 1 else []
+        parts = [ids[a:b] for a, b in zip([0, *cuts], [*cuts, len(ids)])]
+        streamed = "".join(chunked.add(p) for p in parts) + chunked.flush()
+        assert streamed == chunked.text
+        chunked_fell_back += chunked._stream is None
+        if which != "sentencepiece":  # no fallback: the same text however the ids are grouped
+            assert streamed == texts[0]
     if which == "sentencepiece":
-        assert fell_back > 0  # the fallback ran
+        assert fell_back > 0 and chunked_fell_back > 0  # both fallbacks ran
 
 
 def test_flush_emits_an_incomplete_character(tok):
