@@ -22,7 +22,7 @@ import tokenizers
 
 try:
     from tokenizers.decoders import DecodeStream
-except ImportError:  # tokenizers < 0.21
+except ImportError:  # an older tokenizers
     DecodeStream = None
 
 REPLACEMENT = "\ufffd"  # what byte-level decoders emit for an incomplete UTF-8 sequence
@@ -178,8 +178,8 @@ def _context(tok: Tokenizer, prompt_ids: Sequence[int], skip: bool) -> list[int]
 
 
 def _decode_stream(context: Sequence[int], skip: bool):
-    """A Rust incremental decoder primed with `context` ids, or None where `tokenizers` lacks one
-    that takes them (before 0.22)."""
+    """A Rust incremental decoder primed with `context` ids, or None where the installed
+    `tokenizers` has none that takes them (older releases)."""
     if DecodeStream is None:
         return None
     try:
@@ -191,7 +191,7 @@ def _decode_stream(context: Sequence[int], skip: bool):
 class IncrementalDetokenizer:
     """Feed generated ids, get text deltas; `flush()` at the end emits anything held back.
 
-    With `DecodeStream` (tokenizers >= 0.22) each id costs one call into Rust (~0.6 us; the
+    With `DecodeStream` (recent tokenizers; 0.23 here) each id costs one call into Rust (~0.6 us; the
     windowed decode below ~2 us, two `decode` calls): it returns the text an id completes, or
     None while a character is incomplete, and re-decodes the same kind of window in Rust. A token
     that ends a character and starts another is then emitted with the next one, where the
