@@ -22,22 +22,22 @@ class OutputStream:
         sp = request.sampling_params
         self.text = IncrementalText(tokenizer, stop=sp.stop, prompt_ids=request.prompt_token_ids,
                                     skip_special_tokens=sp.skip_special_tokens)
-        self._scores: dict | None = None
+        self._scores: tuple[list, list] | None = None  # (prompt_logprobs, prompt_top_logprobs), built once
 
     def on_token(self, token: int, special: bool) -> str | None:
         """The scheduler appended `token`: detokenize it; returns the stop string it completed."""
         return self.text.append(token, special=special)
 
-    def _prompt_scores(self) -> dict:
-        """prompt_logprobs / prompt_top_logprobs once the prompt is scored (built once, then shared)."""
+    def _prompt_scores(self) -> tuple[list | None, list | None]:
+        """(prompt_logprobs, prompt_top_logprobs) once the prompt is scored (built once, then shared);
+        (None, None) when the request did not ask for them or its prompt is not scored yet."""
         req = self.request
         if req.sampling_params.prompt_logprobs is None:
-            return {}
+            return (None, None)
         if self._scores is None and (req.has_sampled or req.is_finished):
             got = req.prompt_logprobs
-            self._scores = dict(prompt_logprobs=[None] + [lp for lp, _ in got],
-                                prompt_top_logprobs=[None] + [top for _, top in got])
-        return self._scores or {}
+            self._scores = ([None] + [lp for lp, _ in got], [None] + [top for _, top in got])
+        return self._scores or (None, None)
 
     def output(self, new_ids: list[int], *, flush: bool = True) -> RequestOutput:
         """A snapshot after this iteration. A finished request's snapshot is final: with `flush`
@@ -62,10 +62,9 @@ class OutputStream:
             times = Prefix(req.token_times, len(req.token_times))
             top = Prefix(tops, len(tops))
             text = self.text.so_far()
-        scores = self._prompt_scores() if req.sampling_params.prompt_logprobs is not None else {}
+        prompt_lps, prompt_tops = self._prompt_scores()
         metrics = RequestMetrics(req.arrival_time, req.first_scheduled_time, req.first_token_time, req.finish_time,
                                  times, req.num_preemptions, req.num_cached_tokens)
         return RequestOutput(req.request_id, req.prompt_token_ids, token_ids, text, logprobs, finished,
                              req.status.value if finished else None, req.stop_reason, new_ids, new_text, metrics,
-                             req.error, new_lps, top, new_tops, scores.get("prompt_logprobs"),
-                             scores.get("prompt_top_logprobs"))
+                             req.error, new_lps, top, new_tops, prompt_lps, prompt_tops)

@@ -349,7 +349,7 @@ class SLOPolicy(DeadlinePolicy):
         self.inflate, self.min_share = inflate, min_share
         self._share: float | None = None  # EMA of the prefill share (None before the first iteration)
         self._margin = 0.0
-        self._slowdown = 1.0  # the device's recent measured / predicted time, at least 1 (`on_iteration`)
+        self._slowdown = 1.0  # how much slower than predicted the device runs now, at least 1 (`on_iteration`)
         self.set_aside: set[Request] = set()
         self._prefilling: dict[Request, None] = {}  # left the waiting queue, no first token yet
         # The waiting queue in three parts, kept up to date as requests come and go:
