@@ -132,7 +132,7 @@ def _slo_order_check(classes, seed, slowdown=1.0):
     reqs = make_requests(n, prompt_len=[rng.randint(16, 1500) for _ in range(n)],
                          arrival=sorted(rng.uniform(0.0, 10.0) for _ in range(n)),
                          ttft_deadline=[rng.uniform(0.05, 2.0) for _ in range(n)])
-    queued, spared, borrowed, stats = [], 0, 0, {}
+    queued, spared, borrowed = [], 0, 0
     for step in range(1, 41):
         now = step * 0.25
         while len(queued) < n and reqs[len(queued)].arrival_time <= now:
