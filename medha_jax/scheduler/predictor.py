@@ -3,7 +3,8 @@
   profile samples (Composition, seconds) --fit (weighted NNLS)--> coefficients --save--> JSON profile
   JSON profile --load (checks model/mesh/dtype/device)--> RuntimePredictor
   packer: predictor.batch_cost() accumulates seqs, asks time() / time_with(q, kv) per candidate chunk
-  engine: on_batch_done -> observe(composition, measured): EMA of measured/predicted -> correction
+  engine: on_batch_done -> observe(composition, measured): measured / raw predicted -> correction
+          (a slow average that leaves spells of slow or fast iterations out)
 
 Model (per iteration; the layer count is folded into the coefficients):
   t = const + tokens * sum(q) + chunk_kv * sum_prefill(q * kv) + chunk_sq * sum_prefill(q^2)
@@ -21,10 +22,18 @@ much as one of 96; the linear terms alone missed the first by up to 40%
 measurements support (none, if they explain nothing). Coefficients are non-negative (fitted by
 NNLS, relative-error weighted), so predictions grow with every kind of work, except that a chunk
 reaching a multiple of 128 tokens may cost less than the one just below it (`chunk_period`: the
-packer's search allows for it). Predictions are multiplied by `correction`, an exponential moving average
-of measured/raw-predicted ratios (slow: it averages out one iteration's noise). `slowdown` is how much
-slower than predicted the device runs right now: the larger of `correction` and the last iteration's
-ratio, so that a slow spell shows at its first iteration. Pure Python.
+packer's search allows for it). Predictions are multiplied by `correction`, an exponential moving
+average (alpha 0.05) of measured/raw-predicted ratios that leaves spells out: each ratio is clipped
+to within SPELL of the average, and while the last two ratios are both more than SPELL off it on
+the same side (a spell: on the 2-core VM, runs of 5-20 iterations 2-3.4x slower than predicted, in
+every policy's rounds of the convoy benchmark) it does not move, unless the spell outlasts
+SPELL_LONGEST iterations (then it is the new normal, and the average follows it). With every ratio
+averaged in, a spell raised the correction by up to 45%, and the chunks of the ~40 iterations after it
+were 20-40% smaller than the budget allowed; following the spell's speed instead (chunks cut to fit
+the budget at the slow speed) cleared the queue of prefills slower than the overrunning iterations
+did (`benchmarks/transient_slowdown.py`: 2.3x the missed deadlines; leaving spells out: 0.15-0.9x).
+`slowdown` is how much slower than predicted the device runs right now: the larger of `correction`
+and the last iteration's ratio, so that a slow spell shows at its first iteration. Pure Python.
 """
 
 from __future__ import annotations
@@ -103,6 +112,13 @@ def _linear_time(c, tiling, tokens, chunk_kv, chunk_sq, decodes, decode_kv, max_
             + (c[9] * decode_span(tiling, n, max_dkv) if c[9] else 0.0))
 
 
+SPELL = 1.3
+"""How far (as a factor) the last two iterations must both be from the correction to be a spell;
+also the most one ratio moves the correction towards it."""
+SPELL_LONGEST = 50
+"""Iterations after which a spell is taken for a lasting change: the correction follows it."""
+
+
 class RuntimePredictor:
     """Linear model over `features`; unknown or missing coefficients are 0."""
 
@@ -120,8 +136,9 @@ class RuntimePredictor:
         self.key = key
         self.tiling = tiling
         self.ema_alpha = ema_alpha
-        self.correction = 1.0
+        self.correction = 1.0  # slow moving average of measured / raw predicted, spells left out
         self.last_ratio = 1.0  # the last iteration's measured / raw predicted (clamped)
+        self._spell = 0  # iterations in the current spell
         self.fit_info = dict(fit_info or {})
 
     # ---- prediction ------------------------------------------------------------------------
@@ -159,8 +176,12 @@ class RuntimePredictor:
         if raw <= 0.0 or not measured > 0.0:
             return
         ratio = min(max(measured / raw, 0.2), 5.0)
-        self.correction += self.ema_alpha * (ratio - self.correction)
-        self.last_ratio = ratio
+        prev, self.last_ratio = self.last_ratio, ratio
+        c = self.correction
+        hi, lo = c * SPELL, c / SPELL
+        self._spell = self._spell + 1 if (ratio > hi and prev > hi) or (ratio < lo and prev < lo) else 0
+        if self._spell == 0 or self._spell > SPELL_LONGEST:
+            self.correction = c + self.ema_alpha * (min(max(ratio, lo), hi) - c)
 
     @property
     def slowdown(self) -> float:
@@ -171,6 +192,7 @@ class RuntimePredictor:
 
     def reset_correction(self) -> None:
         self.correction = self.last_ratio = 1.0
+        self._spell = 0
 
     # ---- fitting and scoring ---------------------------------------------------------------
     @classmethod

@@ -200,7 +200,7 @@ def test_slo_sees_a_slow_spell_from_its_first_iteration():
     comp = Composition.of([(64, 0)])
     pred.observe(comp, 4.0 * pred.predict_raw(comp))
     s.schedule(0.0)
-    assert pred.correction == pytest.approx(1.15)
+    assert pred.correction < 1.02  # one slow iteration: a clipped step of the baseline
     assert s.policy._slowdown == pytest.approx(4.0)
 
 

@@ -4,7 +4,7 @@ import random
 import pytest
 
 from medha_jax.scheduler.attention_tiling import Tiling, tile_work
-from medha_jax.scheduler.predictor import (ProfileKey, RuntimePredictor, StaleProfileError, feature_sums,
+from medha_jax.scheduler.predictor import (SPELL, SPELL_LONGEST, ProfileKey, RuntimePredictor, StaleProfileError, feature_sums,
                                               profile_path)
 from medha_jax.scheduler.records import Composition
 
@@ -144,18 +144,60 @@ def test_batch_cost_matches_predict():
     assert decodes.time() == pytest.approx(p.predict(Composition.of([(1, 300), (1, 200), (1, 1000)])), rel=1e-12)
 
 
-def test_online_correction_tracks_measured_over_predicted():
+def test_online_correction_averages_noise_slowly():
     p = RuntimePredictor({"tokens": 1e-3}, ema_alpha=0.5)
     comp = Composition.of([(100, 0)])
-    p.observe(comp, 0.2)  # ratio 2
-    assert p.correction == 1.5
-    p.observe(comp, 0.2)
-    assert p.correction == 1.75
-    assert p.predict(comp) == pytest.approx(0.175) and p.predict_raw(comp) == pytest.approx(0.1)
-    p.observe(comp, 100.0)  # outliers are clamped to a ratio of 5
-    assert p.correction == pytest.approx(3.375)
+    p.observe(comp, 0.12)  # ratio 1.2: within SPELL of the correction, averaged in
+    assert p.correction == pytest.approx(1.1)
+    p.observe(comp, 0.09)  # ratio 0.9
+    assert p.correction == pytest.approx(1.0)
+    p.observe(comp, 0.12)
+    assert p.predict(comp) == pytest.approx(0.11) and p.predict_raw(comp) == pytest.approx(0.1)
     p.reset_correction()
-    assert p.correction == 1.0
+    assert (p.correction, p.last_ratio) == (1.0, 1.0)
+
+
+def test_one_outlier_moves_the_correction_by_a_clipped_step_only():
+    p = RuntimePredictor({"tokens": 1e-3}, ema_alpha=0.5)
+    comp = Composition.of([(100, 0)])
+    p.observe(comp, 100.0)  # ratio clamped to 5, then clipped to SPELL x the correction for the average
+    assert p.last_ratio == 5.0
+    assert p.correction == pytest.approx(1.0 + 0.5 * (SPELL - 1.0))
+
+
+def test_a_spell_leaves_the_correction_where_it_was():
+    """Two or more iterations in a row well off the correction, on the same side, are a spell
+    (the VM's: 5-20 iterations 2-3.4x slow): the correction stays put, so that the iterations
+    after the spell are not sized for a slow device that is gone."""
+    p = RuntimePredictor({"tokens": 1e-3})  # the engine's alpha 0.05
+    comp = Composition.of([(100, 0)])
+    p.observe(comp, 0.3)  # 3x: one iteration may be noise, a clipped step
+    c = p.correction
+    assert c == pytest.approx(1.0 + 0.05 * (SPELL - 1.0))
+    for ratio in (2.5, 3.4, 2.1, 2.8, 2.2):
+        p.observe(comp, ratio / 10)
+        assert p.correction == c
+    p.observe(comp, 0.1)  # over: the ratio 1 is averaged in
+    assert p.correction == pytest.approx(c + 0.05 * (1.0 - c))
+    c = p.correction
+    for ratio in (0.5, 0.6, 0.7):  # faster for a while: left out the same way
+        p.observe(comp, ratio / 10)
+    assert p.correction == pytest.approx(c + 0.05 * (c / SPELL - c))  # the first of them, clipped
+    fresh = RuntimePredictor({"tokens": 1e-3})  # ten iterations 3x slow: one clipped step (the plain average: 1.8)
+    for _ in range(10):
+        fresh.observe(comp, 0.3)
+    assert fresh.correction < 1.02
+
+
+def test_a_spell_that_lasts_becomes_the_correction():
+    p = RuntimePredictor({"tokens": 1e-3})
+    comp = Composition.of([(100, 0)])
+    for _ in range(SPELL_LONGEST + 1):
+        p.observe(comp, 0.2)
+    assert p.correction < 1.02
+    for _ in range(300):
+        p.observe(comp, 0.2)
+    assert p.correction == pytest.approx(2.0, rel=0.02)
 
 
 def test_slowdown_shows_a_slow_spell_at_once_and_never_goes_below_one():
@@ -163,9 +205,9 @@ def test_slowdown_shows_a_slow_spell_at_once_and_never_goes_below_one():
     comp = Composition.of([(100, 0)])
     assert p.slowdown == 1.0
     p.observe(comp, 0.4)  # one iteration 4x slow: the correction barely moves, the slowdown shows it
-    assert p.correction == pytest.approx(1.15)
+    assert p.correction < 1.02
     assert p.slowdown == pytest.approx(4.0)
-    p.observe(comp, 0.1)  # the spell ends: the correction still remembers it
+    p.observe(comp, 0.1)  # the spell ends
     assert p.slowdown == pytest.approx(p.correction) and p.correction > 1.0
     for _ in range(200):  # faster than predicted: no speed-up is assumed
         p.observe(comp, 0.05)

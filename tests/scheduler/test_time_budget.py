@@ -5,6 +5,7 @@ import pytest
 from medha_jax.request import RequestStatus
 from medha_jax.scheduler import RuntimePredictor, SchedulerConfig
 from medha_jax.scheduler.records import Composition
+from medha_jax.scheduler.predictor import SPELL
 from medha_jax.scheduler.replay import replay
 from tests.scheduler.factories import make_requests, make_scheduler, sample_all, shape
 
@@ -127,7 +128,7 @@ def test_measured_times_are_recorded_and_correct_the_predictor():
     s.on_batch_done(b, 0.02, measured_time=0.02)
     rec = s.records[-1]
     assert (rec.composition.seqs, rec.predicted, rec.measured) == (((1000, 0),), b.predicted_time, 0.02)
-    assert s.predictor.correction == pytest.approx(1.0 + 0.05 * (2.0 - 1.0))
+    assert s.predictor.correction == pytest.approx(1.0 + 0.05 * (SPELL - 1.0))  # ratio 2, clipped to SPELL
 
 
 @pytest.mark.parametrize("policy", ["lars", "slo"])
