@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 import statistics
 import sys
@@ -52,7 +53,29 @@ def profile_predictor(profile: dict) -> RuntimePredictor:
     return RuntimePredictor(coef, tiling=Tiling(**profile["tiling"]))
 
 
-def run(bench: dict, policy: str, factor: float, noise: float, seed: int) -> dict:
+class Spells:
+    """Stretches of time in which iterations run slow, as the engine's traces on the VM show them
+    during the convoy's long prefill (0.4-2 s, 2-3.4x, two or three per prefill): during an iteration
+    with prefill work (raw time >= `min_time`) a spell starts at `rate` per second of device time,
+    lasts an exponential time of mean `length` seconds, and each iteration that starts inside it
+    takes `low`..`high` times as long (uniform). Time-based, so a policy that shortens iterations
+    does not shorten the spell. Seeded."""
+
+    def __init__(self, rate: float, length: float, low: float, high: float, rng: random.Random,
+                 min_time: float = 0.02):
+        self.rate, self.length, self.low, self.high, self.rng, self.min_time = rate, length, low, high, rng, min_time
+        self.clock = self.until = 0.0
+
+    def __call__(self, t: float) -> float:
+        if self.clock >= self.until and t >= self.min_time and self.rng.random() < 1.0 - math.exp(-self.rate * t):
+            self.until = self.clock + self.rng.expovariate(1.0 / self.length)
+        if self.clock < self.until:
+            t *= self.rng.uniform(self.low, self.high)
+        self.clock += t
+        return t
+
+
+def run(bench: dict, policy: str, factor: float, noise: float, seed: int, spells: tuple | None = None) -> dict:
     st, choice = bench["settings"], bench["choice"]
     pred = profile_predictor(bench["profile"])
     cap = st["max_num_batched_tokens"]  # runs before the time-budget cap had its own setting: one cap for all
@@ -63,10 +86,12 @@ def run(bench: dict, policy: str, factor: float, noise: float, seed: int) -> dic
                           prefill_cache_dir=None)
     sched = make_scheduler(cfg, KVCacheManager(st["num_pages"], st["page_size"]), pred)
     rng = random.Random(seed)
+    slow = Spells(*spells, rng=random.Random(seed + 1_000_003)) if spells else None
 
     def device(comp) -> float:
         t = pred.predict_raw(comp) * factor
-        return t * rng.lognormvariate(0.0, noise) if noise else t
+        t = t * rng.lognormvariate(0.0, noise) if noise else t
+        return slow(t) if slow else t
 
     res = replay(sched, requests_of(bench["workload"]), device=device)
     kinds = {w["request_id"]: w["kind"] for w in bench["workload"]}
@@ -88,21 +113,26 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--seeds", type=int, default=1,
                     help="noisy rows: this many noise seeds from --seed on; misses summed, P99 / long times their median")
+    ap.add_argument("--spells", default=None, metavar="RATE,LENGTH,LOW,HIGH",
+                    help="slow spells on the noisy rows (`Spells`): e.g. 0.12,1.2,2,3.4, what the VM's traces show")
     ap.add_argument("--out", default=None, help="also write the table here")
     args = ap.parse_args(argv)
     bench = json.loads(Path(args.convoy_json).read_text())
+    spells = tuple(float(x) for x in args.spells.split(",")) if args.spells else None
     lines = [f"# Convoy replay: `{Path(args.convoy_json).name}` on the scheduler alone",
              "", f"`python benchmarks/convoy_replay.py {args.convoy_json}`", "",
              f"t_target {bench['choice']['t_target']} s, deadline_min {bench['choice']['deadline_min']} s, "
              f"{len(bench['workload'])} requests; device = the run's profile x factor, per-iteration lognormal "
              f"noise sigma {args.noise} (seeds {args.seed}..{args.seed + args.seeds - 1}: misses summed over them, "
-             f"times their median) where shown.", "",
+             f"times their median) where shown" + (f", with slow spells {args.spells} (rate /s, length s, low, high: "
+                                                 f"`Spells`) on the noisy rows" if spells else "") + ".", "",
              "| factor | noise | policy | short TTFT P99 | short misses | long TTFT | long done after | long missed |",
              "|---|---|---|---|---|---|---|---|"]
     for factor in (float(x) for x in args.factors.split(",")):
         for noise in (0.0, args.noise):
             for policy in args.policies.split(","):
-                runs = [run(bench, policy, factor, noise, args.seed + k) for k in range(args.seeds if noise else 1)]
+                runs = [run(bench, policy, factor, noise, args.seed + k, spells if noise else None)
+                        for k in range(args.seeds if noise else 1)]
                 r = {k: statistics.median(x[k] for x in runs) for k in ("short_p99", "long_ttft", "long_done")}
                 r.update({k: sum(x[k] for x in runs) for k in ("short_misses", "short_count", "long_missed", "long_count")})
                 lines.append(f"| {factor} | {noise} | {policy} | {r['short_p99']:.2f} s | {r['short_misses']}/{r['short_count']} "

@@ -41,6 +41,7 @@ from operator import itemgetter
 
 from medha_jax.request import Request
 from medha_jax.scheduler.feasibility import sacrifice, spare_time
+from medha_jax.scheduler.predictor import SPELL
 from medha_jax.scheduler.waiting_index import WaitingIndex
 
 _first, _second, _fourth = itemgetter(0), itemgetter(1), itemgetter(3)
@@ -97,10 +98,15 @@ class Policy:
     def key(self, request: Request, now: float) -> float:
         raise NotImplementedError
 
-    def on_iteration(self, prefill_share: float, t_target: float, slowdown: float = 1.0) -> None:
+    def on_iteration(self, prefill_share: float, t_target: float, slowdown: float = 1.0, spell: float = 1.0) -> None:
         """Before `candidates`: the fraction of this iteration's device time the decodes leave
-        to prefills, the iteration's time budget, and how much slower than its raw predictions
-        the device runs now (the runtime predictor's `slowdown`; time-budget packer only)."""
+        to prefills, the iteration's time budget, how much slower than its raw predictions the
+        device runs now (the runtime predictor's `slowdown`), and how much slower than the
+        packer's (corrected) predictions (`spell`; time-budget packer only)."""
+
+    def budget_scale(self, request: Request, now: float) -> float:
+        """The part of the iteration's time budget a prefill chunk of `request` may fill (1: all)."""
+        return 1.0
 
     def group_and_key(self, request: Request) -> tuple[Hashable, float]:
         """(group, static key) of a waiting request; see waiting_index.py."""
@@ -339,6 +345,9 @@ class SLOPolicy(DeadlinePolicy):
     estimates that turn out short)."""
     BORROW_SCAN = 64
     """Set-aside requests looked at per iteration for a place in the admitted schedule's slack."""
+    YIELD_SLACK = 10.0
+    """A request yields budget during a slow spell only with more than this many iterations
+    (t_targets) of slack (`budget_scale`)."""
     REJOIN = 0.05
     """A set-aside request rejoins the EDF order only if it fits with this much more remaining work
     (hysteresis: a request on the edge stays on one side)."""
@@ -350,6 +359,7 @@ class SLOPolicy(DeadlinePolicy):
         self._share: float | None = None  # EMA of the prefill share (None before the first iteration)
         self._margin = 0.0
         self._slowdown = 1.0  # how much slower than predicted the device runs now, at least 1 (`on_iteration`)
+        self._spell = 1.0  # how much slower than the packer's predictions (`on_iteration`)
         self.set_aside: set[Request] = set()
         self._prefilling: dict[Request, None] = {}  # left the waiting queue, no first token yet
         # The waiting queue in three parts, kept up to date as requests come and go:
@@ -360,9 +370,10 @@ class SLOPolicy(DeadlinePolicy):
         self._stale = self._seq = 0
         self._round, self._iteration = max(1, round(1.0 / min_share)) if min_share > 0 else 0, 0
 
-    def on_iteration(self, prefill_share: float, t_target: float, slowdown: float = 1.0) -> None:
+    def on_iteration(self, prefill_share: float, t_target: float, slowdown: float = 1.0, spell: float = 1.0) -> None:
         share = max(prefill_share, 0.05)
         self._slowdown = max(1.0, slowdown)
+        self._spell = spell
         self._share = share if self._share is None else self._share + self.SHARE_EMA * (share - self._share)
         self._margin = t_target if t_target < float("inf") else 0.0  # batch mode: no budget
         self._iteration += 1
@@ -375,6 +386,15 @@ class SLOPolicy(DeadlinePolicy):
 
     def relative_slack(self, request: Request, now: float) -> float:
         return 0.0
+
+    def budget_scale(self, request: Request, now: float) -> float:
+        """During a slow spell (the device runs more than SPELL times slower than the packer's
+        predictions), a request with more than YIELD_SLACK iterations of slack fills only
+        1 / spell of the budget: the iteration stays near its budget in real time, so requests
+        arriving meanwhile wait less, and the work that yields can afford it."""
+        if self._spell > SPELL and self.slack(request, now) > self.YIELD_SLACK * self._margin:
+            return 1.0 / self._spell
+        return 1.0
 
     def on_waiting(self, request: Request) -> None:
         self._prefilling.pop(request, None)  # preempted: counted from the queue from now on

@@ -91,7 +91,9 @@ class TimeBudgetPacker:
             busy = sum(cost.group_time(g) > 0 for g in range(kv.kvp))
             fair = t_pred + (t_target - t_pred) / max(busy, 1)
         # t_target inf: batch mode; the policy's margin is one token's time (a tick plus the pipeline fill)
-        sched.policy.on_iteration(max(0.0, 1.0 - t_pred / t_target), sched.token_target, self.predictor.slowdown)
+        slowdown = self.predictor.slowdown
+        sched.policy.on_iteration(max(0.0, 1.0 - t_pred / t_target), sched.token_target, slowdown,
+                                  slowdown / max(self.predictor.correction, 1e-9))
         per_group = kv.per_group_batches
         prefills_on = [0] * kv.kvp  # prefill chunks per kvp group (per_group: each group's own budget)
         long_groups: set[int] = set()
@@ -133,6 +135,7 @@ class TimeBudgetPacker:
                     continue
                 rho = min(max(policy.relative_slack(req, now), 0.0), cfg.rho_max)
                 budget = t_target * (1.0 - rho)
+            budget *= policy.budget_scale(req, now)
             if per_group:
                 budget = min(budget, max(fair, t_pred))
             if budget <= t_here:

@@ -151,3 +151,33 @@ def test_batch_mode_packs_for_throughput_until_a_tpot_target_is_live(policy):
     b = s.schedule(0.2)
     assert b.predicted_time <= 0.02 + 1e-9
     assert SchedulerConfig(policy=policy).batch_mode is False  # servers keep every decode on t_target
+
+
+def _chunks_after(policy: str, ratios: list[float], long_deadline: float) -> dict[str, int]:
+    """Tokens per request in the first batch of a 100K-token prompt (1 s of work at 1e-5 s a
+    token, TTFT deadline `long_deadline`) beside a 64-token short due in 0.3 s, after the device
+    ran `ratios` times the predictor's raw estimate in the last iterations."""
+    s = sched({"tokens": 1e-5}, policy=policy)
+    s.add_request(make_requests(1, prompt_len=100_000, max_tokens=1, prefix="L", ttft_deadline=long_deadline)[0])
+    s.add_request(make_requests(1, prompt_len=64, ttft_deadline=0.3)[0])
+    comp = Composition.of([(100, 0)])
+    for ratio in ratios:
+        s.predictor.observe(comp, ratio * s.predictor.predict_raw(comp))
+    return {rid: n for rid, _, n in shape(s.schedule(0.0))}
+
+
+def test_slo_work_with_slack_yields_budget_during_a_slow_spell():
+    """Two iterations 3x slower than predicted (a spell: the correction stays put): under slo the
+    long prompt, 19 s of slack, fills only a third of the budget so the iteration stays near its
+    budget in real time; the short due in 0.3 s keeps its whole chunk. A long prompt with little
+    slack, and every request under edf, take the whole budget as before."""
+    calm = _chunks_after("slo", [], 20.0)
+    assert calm["r0"] == 64 and calm["L0"] == pytest.approx(5000 - 64, abs=32)  # chunks in steps of 32
+    spell = _chunks_after("slo", [3.0, 3.0], 20.0)
+    assert spell["r0"] == 64
+    corr = 1.0 + 0.05 * (SPELL - 1.0)  # the first slow iteration's clipped step
+    assert spell["L0"] == pytest.approx(0.05 / (3.0 / corr) / (1e-5 * corr) - 64, abs=32)
+    one_slow = _chunks_after("slo", [3.0], 20.0)  # the last ratio alone shows a spell too
+    assert one_slow["L0"] < 0.4 * calm["L0"]
+    assert _chunks_after("slo", [3.0, 3.0], 1.2)["L0"] > 0.95 * calm["L0"]  # slack 0.2 s: no yield
+    assert _chunks_after("edf", [3.0, 3.0], 20.0)["L0"] > 0.95 * calm["L0"]
