@@ -14,7 +14,9 @@
   slo:  EDF while every TTFT deadline can still be met; when not, the fewest requests are
         sacrificed (Moore-Hodgson, `feasibility.py`: those with the most remaining work) and go
         after every request that can still make it, in deadline order among themselves, except
-        those that fit in the slack of the others' EDF schedule, which go before it.
+        those that fit in the slack of the others' EDF schedule, which go before it. During a
+        slow spell of the device, work with ample slack fills only part of the time budget
+        (`budget_scale`), so iterations stay short for the requests that arrive meanwhile.
 
 D is the request's `ttft_deadline` or max(deadline_k * T_prefill(prompt), deadline_min), fixed
 when the request arrives; T_prefill and T_remaining come from the prefill-time cache (the total

@@ -7,6 +7,7 @@
       long (>= long_threshold tokens processed): skip if the batch already holds a long prefill
           on one of its kvp groups; else space sharing: budget t_target * (1 - clamp(rho, 0, rho_max))
           with rho its relative slack
+      budget x policy.budget_scale(request) (slo: < 1 for work with ample slack during a slow spell)
       chunk = largest multiple of chunk_granularity (min_chunk..max_chunk, last chunk exact) whose
           predicted batch time fits the budget (binary search, accept within accept_within; where
           a chunk of a multiple of the predictor's chunk_period can cost less than a smaller one,
