@@ -25,13 +25,13 @@ reaching a multiple of 128 tokens may cost less than the one just below it (`chu
 packer's search allows for it). Predictions are multiplied by `correction`, an exponential moving
 average (alpha 0.05) of measured/raw-predicted ratios that leaves spells out: each ratio is clipped
 to within SPELL of the average, and while the last two ratios are both more than SPELL off it on
-the same side (a spell: on the 2-core VM, runs of 5-20 iterations 2-3.4x slower than predicted, in
+the same side (a spell: on the 2-core VM, runs of 2-20 iterations 2-3.4x slower than predicted, in
 every policy's rounds of the convoy benchmark) it does not move, unless the spell outlasts
 SPELL_LONGEST iterations (then it is the new normal, and the average follows it). With every ratio
 averaged in, a spell raised the correction by up to 45%, and the chunks of the ~40 iterations after it
 were 20-40% smaller than the budget allowed; following the spell's speed instead (chunks cut to fit
 the budget at the slow speed) cleared the queue of prefills slower than the overrunning iterations
-did (`benchmarks/transient_slowdown.py`: 2.3x the missed deadlines; leaving spells out: 0.15-0.9x).
+did (`benchmarks/transient_slowdown.py`: 2.3x the missed deadlines; leaving spells out: 0.15-1.0x).
 `slowdown` is how much slower than predicted the device runs right now: the larger of `correction`
 and the last iteration's ratio, so that a slow spell shows at its first iteration. Pure Python.
 """

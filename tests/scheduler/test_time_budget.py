@@ -181,3 +181,11 @@ def test_slo_work_with_slack_yields_budget_during_a_slow_spell():
     assert one_slow["L0"] < 0.4 * calm["L0"]
     assert _chunks_after("slo", [3.0, 3.0], 1.2)["L0"] > 0.95 * calm["L0"]  # slack 0.2 s: no yield
     assert _chunks_after("edf", [3.0, 3.0], 20.0)["L0"] > 0.95 * calm["L0"]
+
+
+def test_slo_does_not_yield_on_a_device_that_is_steadily_faster_than_its_profile():
+    """A correction well below 1 (the device at 0.7x its profile, steadily) is no spell: the long
+    prompt takes its whole budget."""
+    calm = _chunks_after("slo", [], 20.0)
+    fast = _chunks_after("slo", [0.7] * 400, 20.0)
+    assert fast["L0"] == pytest.approx(calm["L0"] / 0.7, rel=0.03)
