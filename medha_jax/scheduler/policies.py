@@ -104,7 +104,7 @@ class Policy:
         """Before `candidates`: the fraction of this iteration's device time the decodes leave
         to prefills, the iteration's time budget, how much slower than its raw predictions the
         device runs now (the runtime predictor's `slowdown`), and how much slower than the
-        packer's (corrected) predictions (`spell`; time-budget packer only)."""
+        packer's (corrected) predictions (its `spell_ratio`; time-budget packer only)."""
 
     def budget_scale(self, request: Request, now: float) -> float:
         """The part of the iteration's time budget a prefill chunk of `request` may fill (1: all)."""

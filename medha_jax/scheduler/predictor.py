@@ -190,6 +190,13 @@ class RuntimePredictor:
         the ratio at once, in the correction only after tens of iterations)."""
         return max(1.0, self.correction, self.last_ratio)
 
+    @property
+    def spell_ratio(self) -> float:
+        """How much slower than its corrected predictions the last iteration ran, at least 1 (on
+        a device steadily faster than its profile the correction is below 1, and this stays 1
+        where slowdown / correction would not)."""
+        return max(1.0, self.last_ratio / self.correction) if self.correction > 0.0 else 1.0
+
     def reset_correction(self) -> None:
         self.correction = self.last_ratio = 1.0
         self._spell = 0

@@ -92,11 +92,9 @@ class TimeBudgetPacker:
             busy = sum(cost.group_time(g) > 0 for g in range(kv.kvp))
             fair = t_pred + (t_target - t_pred) / max(busy, 1)
         # t_target inf: batch mode; the policy's margin is one token's time (a tick plus the pipeline fill)
-        # spell: the last iteration against the corrected predictions (also right on a device that
-        # runs faster than its profile, where slowdown / correction would exceed 1 every iteration)
         pred = self.predictor
-        spell = max(1.0, pred.last_ratio / max(pred.correction, 1e-9))
-        sched.policy.on_iteration(max(0.0, 1.0 - t_pred / t_target), sched.token_target, pred.slowdown, spell)
+        sched.policy.on_iteration(max(0.0, 1.0 - t_pred / t_target), sched.token_target, pred.slowdown,
+                                  pred.spell_ratio)
         per_group = kv.per_group_batches
         prefills_on = [0] * kv.kvp  # prefill chunks per kvp group (per_group: each group's own budget)
         long_groups: set[int] = set()

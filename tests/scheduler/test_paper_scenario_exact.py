@@ -44,7 +44,7 @@ class ParallelBatchCost:
 class ParallelBatchDevice:
     """A fake predictor (and device) with the interface the scheduler uses."""
 
-    correction = slowdown = last_ratio = 1.0
+    correction = slowdown = spell_ratio = 1.0
     chunk_period = 0  # times only grow with the chunk
     _coef = ()
 

@@ -4,8 +4,8 @@ import pytest
 
 from medha_jax.request import RequestStatus
 from medha_jax.scheduler import RuntimePredictor, SchedulerConfig
-from medha_jax.scheduler.records import Composition
 from medha_jax.scheduler.predictor import SPELL
+from medha_jax.scheduler.records import Composition
 from medha_jax.scheduler.replay import replay
 from tests.scheduler.factories import make_requests, make_scheduler, sample_all, shape
 
