@@ -73,6 +73,7 @@ from convoy_client import MetricsPoller, RequestSpec, ServerProcess, cpu_probe, 
 from convoy_report import markdown_table, plot_ttft_cdf, plot_ttft_over_time, summarize, text_table  # noqa: E402
 
 from medha_jax.scheduler.config import TIME_BUDGET_POLICIES, SchedulerConfig  # noqa: E402
+from medha_jax.scheduler.iteration_trace import trace_stats  # noqa: E402
 from medha_jax.scheduler.predictor import RuntimePredictor  # noqa: E402
 
 DEFAULT_POLICY = SchedulerConfig().policy
@@ -113,6 +114,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     g.add_argument("--profile-dir", default=None,
                    help="runtime profile dir (default: <workdir>/profiles, measured fresh); reuse one to skip profiling")
     g.add_argument("--extra-server-flags", default="", help="appended to every server command line")
+    g.add_argument("--iteration-trace", action="store_true",
+                   help="every server started per configuration writes an iteration trace (serve "
+                        "--iteration-trace) in the workdir; the results give each round's slow spells")
     g = ap.add_argument_group("workload (auto: chosen from the calibration)")
     g.add_argument("--long-len", type=int, default=None, help="long prompt tokens (auto)")
     g.add_argument("--long-prefill-target", type=float, default=40.0,
@@ -404,6 +408,10 @@ def run_config(policy: str, flags: list[str], specs: list[RequestSpec], ns, work
     """Start a server (unless given), run the workload, stop it; (results, record)."""
     rec = {"policy": policy}
     own = server is None
+    trace = None
+    if own and ns.iteration_trace:
+        trace = os.path.join(workdir, f"trace_{policy}_{len(glob.glob(os.path.join(workdir, 'trace_*')))}.jsonl")
+        flags = flags + ["--iteration-trace", trace]
     if own:
         log(f"{policy}: starting the server")
         server = ServerProcess(flags, os.path.join(workdir, f"server_{policy}.log"))
@@ -434,6 +442,9 @@ def run_config(policy: str, flags: list[str], specs: list[RequestSpec], ns, work
         rec["engine"] = engine_stats(m0, server.metrics(), rec["wall_s"])
     finally:
         rec["exit_code"] = server.stop()
+    if trace is not None and os.path.exists(trace):
+        with open(trace) as f:
+            rec["iteration_trace"] = {"path": trace, **trace_stats(json.loads(x) for x in f if x.strip())}
     return results, rec
 
 
@@ -584,7 +595,8 @@ def main(argv=None) -> int:
         _finish_config(report, policy, pooled)
         if ns.rounds > 1:
             rec["rounds"] = [{"summary": summarize(results), "load_before": rr["load_before"],
-                              "load_after": rr["load_after"], "engine": rr.get("engine")} for results, rr in done]
+                              "load_after": rr["load_after"], "engine": rr.get("engine"),
+                              "iteration_trace": rr.get("iteration_trace")} for results, rr in done]
             _median_long_completion(rec)
 
     # 5: results
@@ -727,6 +739,17 @@ def round_lines(report: dict) -> list[str]:
         out.append(f"| {p} | {i + 1} | {_r(s['short']['ttft_p50_s'])} s | {_r(s['short']['ttft_p99_s'])} s | "
                    f"{s['short']['deadline_misses']}/{s['short']['count']} | {_r(s['long_completion_s'], 1)} s | "
                    f"{rr['load_before']['loadavg'][0]:.1f}->{rr['load_after']['loadavg'][0]:.1f} |")
+    traced = [(p, i, rr["iteration_trace"]) for p, i, rr in sorted(rows, key=lambda x: (_order(x[0]), x[1]))
+              if rr.get("iteration_trace") and rr["iteration_trace"]["iterations"]]
+    if traced:
+        out += ["", "Iteration traces (`--iteration-trace`; measured / predicted per iteration, slow spells: two or "
+                "more iterations in a row above 1.3x):", "",
+                "| config | round | iterations | measured / predicted s | ratio P50 / P90 / P99 | slow spells | in spells |",
+                "|---|---|---|---|---|---|---|"]
+        for p, i, t in traced:
+            out.append(f"| {p} | {i + 1} | {t['iterations']} | {t['measured_s']:.1f} / {t['predicted_s']:.1f} | "
+                       f"{t['ratio_p50']:.2f} / {t['ratio_p90']:.2f} / {t['ratio_p99']:.2f} | {t['slow_spells']} | "
+                       f"{t['slow_spell_s']:.1f} s |")
     return out + [""]
 
 

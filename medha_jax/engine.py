@@ -324,7 +324,8 @@ class Engine:
 
     def close(self) -> None:
         """Release the device side: stop compiling in the background; on a multi-host leader,
-        tell the followers to exit."""
+        tell the followers to exit; close the iteration trace."""
+        self.scheduler.close()
         self.executor.close()
         if self.executor.channel is not None:
             self.executor.channel.send("shutdown")

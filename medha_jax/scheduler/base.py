@@ -59,6 +59,7 @@ from medha_jax.kv_cache_manager import KVCacheManager
 from medha_jax.kvp_layout import owner
 from medha_jax.request import Request, RequestStatus
 from medha_jax.scheduler.config import SchedulerConfig
+from medha_jax.scheduler.iteration_trace import IterationTrace
 from medha_jax.scheduler.kvp_cost import predict_pairs
 from medha_jax.scheduler.records import Composition, IterationLog, IterationRecord
 from medha_jax.scheduler.stops import is_special, stop_status
@@ -114,6 +115,7 @@ class Scheduler:
         """Running partial prefills that are ready, collected by the decode pass of `schedule`."""
         self._matched: list[Request] = []  # waiting requests offered a cached prefix this pass
         self.records = IterationLog(config.max_records)
+        self.trace = IterationTrace(config.iteration_trace) if config.iteration_trace else None
         self.num_preemptions = 0
         self._tpot_targets: dict[float, int] = {}  # live per-request TPOT targets -> how many
         self.busy_until = -math.inf
@@ -286,6 +288,14 @@ class Scheduler:
             else:  # the slowest kvp group's raw prediction
                 self.predictor.observe_raw(predict_pairs(self.predictor, self.kv, comp.seqs, comp.groups, raw=True),
                                            measured_time)
+        if self.trace is not None:
+            self.trace.write(batch, now, measured_time, self.predictor)
+
+    def close(self) -> None:
+        """Close the iteration trace, if one is written."""
+        if self.trace is not None:
+            self.trace.close()
+            self.trace = None
 
     def update_from_output(self, batch: ScheduledBatch, sampled: Sequence[int] | int, now: float, *,
                            logprobs: Sequence[float] | None = None, top_logprobs=None, prompt_scores=None,

@@ -86,6 +86,11 @@ class SchedulerConfig:
     """Most prefill candidates (best priority first) the time-budget packer examines per iteration."""
     max_records: int = 4096
     """Iteration records kept (composition, predicted and measured time); oldest dropped first."""
+    iteration_trace: str | None = None
+    """Append one JSON line per iteration to this file (predicted and measured seconds, the
+    runtime predictor's correction, the decodes and prefill chunks), to see where a deployment's
+    device strays from its predictions; summarize with `python -m
+    medha_jax.scheduler.iteration_trace FILE`. None: off."""
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:

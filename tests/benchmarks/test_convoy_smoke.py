@@ -1,6 +1,7 @@
 """Smoke run of benchmarks/convoy.py (the convoy benchmark's whole code path, tiny settings): two
 servers (fcfs_nonchunked, lars) as subprocesses, calibration, a quick runtime profile, a handful
-of short requests and one long one through gRPC, JSON + table + plots written."""
+of short requests and one long one through gRPC, JSON + table + plots written, the slo server's
+iteration trace summarized."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ def test_convoy_benchmark_smoke(tmp_path):
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
     r = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "convoy.py"), "--smoke", "--out", str(tmp_path / "out"),
-         "--workdir", str(tmp_path / "work")],
+         "--workdir", str(tmp_path / "work"), "--iteration-trace"],
         check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
     )
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
@@ -35,6 +36,9 @@ def test_convoy_benchmark_smoke(tmp_path):
         assert rec["exit_code"] == 0
         for q in rec["requests"]:  # every request streamed all of its tokens and has a deadline
             assert q["num_tokens"] == q["max_tokens"] and q["ttft_deadline_s"] > 0
+    trace = report["configs"]["slo"]["iteration_trace"]  # the server wrote one line per iteration
+    lines = Path(trace["path"]).read_text().splitlines()
+    assert trace["iterations"] == len(lines) > 0 and trace["measured_s"] > 0 and trace["ratio_p50"] > 0
     assert report["machine"]["cores"] and "loadavg" in report["calibration"]["load"]
     assert report["choice"]["long_len"] > max(report["choice"]["short_prompt"])
     for suffix in ("_ttft_over_time.png", "_ttft_cdf.png", ".md"):
