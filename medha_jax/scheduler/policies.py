@@ -38,6 +38,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
+import math
 from collections.abc import Hashable, Iterator
 from operator import itemgetter
 
@@ -109,6 +110,13 @@ class Policy:
     def budget_scale(self, request: Request, now: float) -> float:
         """The part of the iteration's time budget a prefill chunk of `request` may fill (1: all)."""
         return 1.0
+
+    def finish_budget(self, request: Request, start: float) -> float:
+        """The longest predicted batch time, for a batch starting at `start` that completes
+        `request`'s prompt, that still lets its first token meet its deadline at the speed the
+        device runs now (inf: nothing to keep; the time-budget packer then adds no more work to
+        that batch than this allows)."""
+        return math.inf
 
     def group_and_key(self, request: Request) -> tuple[Hashable, float]:
         """(group, static key) of a waiting request; see waiting_index.py."""
@@ -397,6 +405,16 @@ class SLOPolicy(DeadlinePolicy):
         if self._spell > SPELL and self.slack(request, now) > self.YIELD_SLACK * self._margin:
             return 1.0 / self._spell
         return 1.0
+
+    def finish_budget(self, request: Request, start: float) -> float:
+        """A prompt completing in this batch keeps its deadline: the batch's predicted time, slowed
+        by how much slower than the predictions the last iteration ran and by the feasibility
+        scan's margin for prediction error (`inflate`), must end by it. Without this, work packed
+        after the prompt's last chunk moves its first token past the deadline exactly when the
+        device is slow (three shorts in one 4x iteration, all late)."""
+        if request.output_token_ids or request not in self._info:  # recompute: its first token is out
+            return math.inf
+        return (request.arrival_time + self._info[request][0] - start) / (self._spell * self.inflate)
 
     def on_waiting(self, request: Request) -> None:
         self._prefilling.pop(request, None)  # preempted: counted from the queue from now on

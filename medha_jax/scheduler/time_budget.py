@@ -7,7 +7,9 @@
       long (>= long_threshold tokens processed): skip if the batch already holds a long prefill
           on one of its kvp groups; else space sharing: budget t_target * (1 - clamp(rho, 0, rho_max))
           with rho its relative slack
-      budget x policy.budget_scale(request) (slo: < 1 for work with ample slack during a slow spell)
+      budget x policy.budget_scale(request) (slo: < 1 for work with ample slack during a slow spell),
+          at most what the prompts this batch completes allow (`policy.finish_budget`; slo: the
+          time left to the earliest of their deadlines at the device's current speed)
       chunk = largest multiple of chunk_granularity (min_chunk..max_chunk, last chunk exact) whose
           predicted batch time fits the budget (binary search, accept within accept_within; where
           a chunk of a multiple of the predictor's chunk_period can cost less than a smaller one,
@@ -103,6 +105,8 @@ class TimeBudgetPacker:
         policy = sched.policy
         waiting = sched.waiting
         examined = 0
+        start = max(now, sched.busy_until)  # when this batch runs (after any still in flight)
+        keep = math.inf  # the batch's time limit so that the prompts it completes keep their deadlines
         full = sched.all_full(batch)  # no batch takes another token (updated as chunks go in)
         for req in sched.prefill_candidates(now):
             examined += 1
@@ -136,7 +140,7 @@ class TimeBudgetPacker:
                     continue
                 rho = min(max(policy.relative_slack(req, now), 0.0), cfg.rho_max)
                 budget = t_target * (1.0 - rho)
-            budget *= policy.budget_scale(req, now)
+            budget = min(budget * policy.budget_scale(req, now), keep)
             if per_group:
                 budget = min(budget, max(fair, t_pred))
             if budget <= t_here:
@@ -151,7 +155,7 @@ class TimeBudgetPacker:
                     continue
                 n = min(req.num_remaining_tokens, cfg.min_chunk, tokens_left)
             elif whole_tiles and n % self.predictor.chunk_period:
-                n = self._whole_tiles(sched, batch, cost, req, processed, h, n, tokens_left, t_pred, now)
+                n = self._whole_tiles(sched, batch, cost, req, processed, h, n, tokens_left, t_pred, now, keep)
                 if n == 0:
                     continue
             n = sched.rows_for(req, n, batch, g_own)  # a prompt being scored: one logits row per token
@@ -161,10 +165,15 @@ class TimeBudgetPacker:
                 if is_waiting:
                     admit_waiting = False
                 continue
+            completes = n >= req.num_remaining_tokens
             sched.add_seq(batch, req, n, now)
             full = sched.all_full(batch)
             cost.add(n, processed, h)
             t_pred = cost.time()
+            if completes:  # its first token leaves after cfg.depth ticks, each about this long
+                limit = policy.finish_budget(req, start) / cfg.depth
+                if limit >= t_pred:  # still reachable: later chunks may not take it away
+                    keep = min(keep, limit)
             n_prefills += 1
             prefills_on[owner(n, processed, h, kv.max_tokens_per_kvp_group, kv.kvp)] += 1
             if groups is not None:
@@ -172,7 +181,7 @@ class TimeBudgetPacker:
         batch.predicted_time = t_pred if batch.seqs else None
 
     def _whole_tiles(self, sched, batch: ScheduledBatch, cost, req, processed: int, h: int, n: int, limit: int,
-                     t_pred: float, now: float) -> int:
+                     t_pred: float, now: float, keep: float) -> int:
         """The chunk for `req` when its budgeted chunk `n` ends inside an attention tile (n itself
         when it is the prompt's last chunk: the tile is capped at the remainder): the whole
         tile if the decodes' banked time covers it; 0 (wait) if they would bank enough while this
@@ -185,7 +194,7 @@ class TimeBudgetPacker:
         if slack is None:
             return n
         t_target = sched.t_target
-        cap = sched.config.bank_cap * t_target
+        cap = min(sched.config.bank_cap * t_target, keep)
         t_up = cost.time_with(up, processed, h)
         if t_up <= min(cap, slack):
             return up

@@ -189,3 +189,33 @@ def test_slo_does_not_yield_on_a_device_that_is_steadily_faster_than_its_profile
     calm = _chunks_after("slo", [], 20.0)
     fast = _chunks_after("slo", [0.7] * 400, 20.0)
     assert fast["L0"] == pytest.approx(calm["L0"] / 0.7, rel=0.03)
+
+
+def _shorts_after(policy: str, ratios: list[float], first_deadline: float) -> tuple[dict[str, int], float, float]:
+    """(tokens per request, predicted batch time, the predictor's spell ratio x the policy's
+    margin for prediction error) of the first batch
+    of three 1,000-token prompts (10 ms each at 1e-5 s a token; the first due at `first_deadline`,
+    the others at 0.4 s: too little slack to yield in a spell), after the device ran `ratios`
+    times the raw estimate."""
+    s = sched({"tokens": 1e-5}, policy=policy)
+    for i, d in enumerate([first_deadline, 0.4, 0.4]):
+        s.add_request(make_requests(1, prompt_len=1000, ttft_deadline=d, prefix=f"s{i}-")[0])
+    comp = Composition.of([(100, 0)])
+    for ratio in ratios:
+        s.predictor.observe(comp, ratio * s.predictor.predict_raw(comp))
+    b = s.schedule(0.0)
+    return {rid: n for rid, _, n in shape(b)}, b.predicted_time, s.predictor.spell_ratio * s.policy.inflate
+
+
+def test_slo_packs_no_work_that_would_make_a_prompt_completing_in_the_batch_late():
+    """During a 4x spell the batch that completes s0 (due in 0.05 s) takes more work only as far
+    as s0's deadline allows at the spell's speed (with slo's 10% margin); calm, or with s0 already out of reach, the three
+    prompts share one batch as before."""
+    calm, _, _ = _shorts_after("slo", [], 0.05)
+    assert calm == {"s0-0": 1000, "s1-0": 1000, "s2-0": 1000}
+    spell, t_pred, ratio = _shorts_after("slo", [4.0, 4.0], 0.05)
+    assert ratio > 3.5 * 1.1
+    assert spell["s0-0"] == 1000 and 0 < spell["s1-0"] < 1000 and "s2-0" not in spell
+    assert 0.05 - 32 * 1e-5 * ratio < t_pred * ratio <= 0.05  # s0 finishes by its deadline, the rest filled
+    late, _, _ = _shorts_after("slo", [4.0, 4.0], 0.02)  # 10 ms of work x 4 > 20 ms: nothing to keep
+    assert late == calm
