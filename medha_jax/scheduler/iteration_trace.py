@@ -57,12 +57,21 @@ class IterationTrace:
         self._file.close()
 
 
+def _timed(lines: Iterable[dict]) -> list[dict]:
+    """The lines with both a measured and a predicted time."""
+    return [d for d in lines if d.get("measured") and d.get("predicted")]
+
+
+def _at(ordered: list[float], q: float) -> float:
+    """Nearest-rank `q` quantile of a sorted, non-empty list."""
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
 def _percentiles(xs: list[float]) -> str:
     if not xs:
         return "-"
     xs = sorted(xs)
-    at = lambda q: xs[min(len(xs) - 1, int(q * len(xs)))]  # noqa: E731
-    return f"P50 {at(0.5):.2f}  P90 {at(0.9):.2f}  P99 {at(0.99):.2f}  max {xs[-1]:.2f}"
+    return f"P50 {_at(xs, 0.5):.2f}  P90 {_at(xs, 0.9):.2f}  P99 {_at(xs, 0.99):.2f}  max {xs[-1]:.2f}"
 
 
 def slow_spells(lines: list[dict], spell: float = SPELL) -> list[list[dict]]:
@@ -84,9 +93,9 @@ def slow_spells(lines: list[dict], spell: float = SPELL) -> list[list[dict]]:
 def trace_stats(lines: Iterable[dict], spell: float = SPELL) -> dict:
     """Numbers for a results file: iterations, measured and predicted seconds, measured /
     predicted at P50 / P90 / P99, slow spells and their seconds."""
-    its = [d for d in lines if d.get("measured") and d.get("predicted")]
+    its = _timed(lines)
     ratio = sorted(d["measured"] / d["predicted"] for d in its)
-    at = lambda q: round(ratio[min(len(ratio) - 1, int(q * len(ratio)))], 3) if ratio else None  # noqa: E731
+    at = lambda q: round(_at(ratio, q), 3) if ratio else None  # noqa: E731
     spells = slow_spells(its, spell)
     return {"iterations": len(its), "measured_s": round(sum(d["measured"] for d in its), 3),
             "predicted_s": round(sum(d["predicted"] for d in its), 3),
@@ -97,7 +106,7 @@ def trace_stats(lines: Iterable[dict], spell: float = SPELL) -> dict:
 def summarize(lines: Iterable[dict], spell: float = SPELL) -> str:
     """The trace's iterations with both times, the measured / predicted ratios and its slow
     spells (two or more iterations in a row above `spell` x predicted)."""
-    its = [d for d in lines if d.get("measured") and d.get("predicted")]
+    its = _timed(lines)
     if not its:
         return "no iterations with both a measured and a predicted time"
     ratio = [d["measured"] / d["predicted"] for d in its]

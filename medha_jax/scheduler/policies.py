@@ -16,7 +16,9 @@
         after every request that can still make it, in deadline order among themselves, except
         those that fit in the slack of the others' EDF schedule, which go before it. During a
         slow spell of the device, work with ample slack fills only part of the time budget
-        (`budget_scale`), so iterations stay short for the requests that arrive meanwhile.
+        (`budget_scale`), so iterations stay short for the requests that arrive meanwhile; a
+        batch that completes a prompt takes no more work than still lets that prompt's first
+        token meet its deadline at the device's current speed (`finish_budget`).
 
 D is the request's `ttft_deadline` or max(deadline_k * T_prefill(prompt), deadline_min), fixed
 when the request arrives; T_prefill and T_remaining come from the prefill-time cache (the total
