@@ -206,9 +206,9 @@ def build_engine_parts(config: EngineConfig, scheduler_config: SchedulerConfig |
     eos_ids |= set(getattr(dev.tokenizer, "eos_token_ids", ()) or ())
     scheduler = make_scheduler(scfg, kv_manager, predictor, max_model_len=dev.max_model_len,
                                eos_token_ids=frozenset(eos_ids))
-    cache = getattr(scheduler.policy, "cache", None)
-    if cache is not None:  # Algorithm 3's prefill-time table, so no request pays for building it
-        cache.build(dev.max_model_len)
+    build = getattr(scheduler.policy, "build", None)
+    if build is not None:  # Algorithm 3's prefill-time tables, so no request pays for building them
+        build(dev.max_model_len, scheduler.rescue_stretch)
     dev.executor.start_background()  # after profiling: compiles would have skewed its timings
     return EngineParts(dev.model_config, dev.tokenizer, dev.mesh, kv_manager, scheduler, scfg, dev.executor,
                        predictor, dev.max_model_len, frozenset(eos_ids))

@@ -224,6 +224,23 @@ class Scheduler:
         return min(self.config.t_target, min(self._tpot_targets))
 
     @property
+    def rescue_stretch(self) -> float:
+        """How far, in t_targets, a deadline-saving iteration may stretch now (`rescue_stretch`):
+        the configured factor, but no decode's token past a hard TPOT limit (tpot_slo, live
+        per-request targets), and a request arriving meanwhile still within half the shortest
+        derived deadline (deadline_min) of its first token, after the stretched iteration in
+        flight and its own `depth` ticks. 1 in batch mode (no budget to stretch)."""
+        cfg = self.config
+        token = self.token_target
+        if token == math.inf:
+            return 1.0
+        hard = min(self._tpot_targets, default=math.inf)
+        if cfg.tpot_slo is not None:
+            hard = min(hard, cfg.tpot_slo)
+        arrival = 0.5 * cfg.deadline_min / ((1 + cfg.depth) * token / cfg.depth)
+        return max(1.0, min(cfg.rescue_stretch, hard / token, arrival))
+
+    @property
     def t_target(self) -> float:
         """This iteration's time budget: `token_target` over the pipeline depth (an iteration is one
         tick; a token passes `depth` ticks of lockstep stages). Equal to token_target without SPP."""

@@ -103,11 +103,13 @@ class Policy:
     def key(self, request: Request, now: float) -> float:
         raise NotImplementedError
 
-    def on_iteration(self, prefill_share: float, t_target: float, slowdown: float = 1.0, spell: float = 1.0) -> None:
+    def on_iteration(self, prefill_share: float, t_target: float, slowdown: float = 1.0, spell: float = 1.0,
+                     stretch: float = 1.0) -> None:
         """Before `candidates`: the fraction of this iteration's device time the decodes leave
         to prefills, the iteration's time budget, how much slower than its raw predictions the
-        device runs now (the runtime predictor's `slowdown`), and how much slower than the
-        packer's (corrected) predictions (its `spell_ratio`; time-budget packer only)."""
+        device runs now (the runtime predictor's `slowdown`), how much slower than the
+        packer's (corrected) predictions (its `spell_ratio`; time-budget packer only), and how
+        far the budget may stretch to save a deadline (`Scheduler.rescue_stretch`)."""
 
     def budget_scale(self, request: Request, now: float) -> float:
         """The part of the iteration's time budget a prefill chunk of `request` may fill (1: all)."""
@@ -210,6 +212,11 @@ class DeadlinePolicy(Policy):
         #             anchor = arrival + D - (T_prefill(num_tokens) - T_cached), T_cached = T_prefill(cached tokens)]
         self._info: dict[Request, list] = {}
         super().__init__()
+
+    def build(self, max_len: int, stretch: float = 1.0) -> None:
+        """Engine warm-up: the prefill-time table up to `max_len` tokens (and slo's at every
+        stretch of the budget up to `stretch`), so no request pays for simulating it."""
+        self.cache.build(max_len)
 
     def on_add(self, request: Request) -> None:
         cached = self.cache.total_time(request.num_cached_tokens)
@@ -360,6 +367,8 @@ class SLOPolicy(DeadlinePolicy):
     YIELD_SLACK = 10.0
     """A request yields budget during a slow spell only with more than this many iterations
     (t_targets) of slack (`budget_scale`)."""
+    RESCUE_STEPS = (1.5, 2.0)
+    """Stretches of the budget tried below the allowed one (`rescue_stretch`), least first."""
     REJOIN = 0.05
     """A set-aside request rejoins the EDF order only if it fits with this much more remaining work
     (hysteresis: a request on the edge stays on one side)."""
@@ -381,14 +390,31 @@ class SLOPolicy(DeadlinePolicy):
         self._hopeless_order: list[tuple] = []  # (class, deadline, seq, request, remaining s), sorted; pruned lazily
         self._stale = self._seq = 0
         self._round, self._iteration = max(1, round(1.0 / min_share)) if min_share > 0 else 0, 0
+        self._ladder: list[tuple[float, object]] = []  # (stretch, prefill-time cache at it), ascending, up to the allowed
+        self._caches: dict[float, object] = {}  # every stretch's prefill-time cache built so far
+        self.rescue = 1.0  # this iteration's stretch of the budget (`candidates`; 1: none)
 
-    def on_iteration(self, prefill_share: float, t_target: float, slowdown: float = 1.0, spell: float = 1.0) -> None:
+    def on_iteration(self, prefill_share: float, t_target: float, slowdown: float = 1.0, spell: float = 1.0,
+                     stretch: float = 1.0) -> None:
         share = max(prefill_share, 0.05)
+        if stretch != (self._ladder[-1][0] if self._ladder else 1.0):
+            self._set_ladder(stretch)
         self._slowdown = max(1.0, slowdown)
         self._spell = spell
         self._share = share if self._share is None else self._share + self.SHARE_EMA * (share - self._share)
         self._margin = t_target if t_target < float("inf") else 0.0  # batch mode: no budget
         self._iteration += 1
+
+    def _set_ladder(self, stretch: float) -> None:
+        steps = [x for x in self.RESCUE_STEPS if x < stretch] + [stretch] if stretch > 1.0 else []
+        self._ladder = [(x, self._caches.get(x) or self._caches.setdefault(x, self.cache.stretched(x)))
+                        for x in steps]
+
+    def build(self, max_len: int, stretch: float = 1.0) -> None:
+        super().build(max_len, stretch)
+        self._set_ladder(stretch)
+        for _, cache in self._ladder:
+            cache.build(max_len)
 
     def key(self, request: Request, now: float) -> float:
         d = request.arrival_time + self._info[request][0]
@@ -406,7 +432,7 @@ class SLOPolicy(DeadlinePolicy):
         arriving meanwhile wait less, and the work that yields can afford it."""
         if self._spell > SPELL and self.slack(request, now) > self.YIELD_SLACK * self._margin:
             return 1.0 / self._spell
-        return 1.0
+        return self.rescue
 
     def finish_budget(self, request: Request, start: float) -> float:
         """A prompt completing in this batch keeps its deadline: the batch's predicted time, slowed
@@ -478,6 +504,38 @@ class SLOPolicy(DeadlinePolicy):
                 break
         return early, itertools.chain(skipped, later)
 
+    def _fast(self, request: Request, left: float, cache) -> float:
+        """`left`, an estimate of `request`'s remaining seconds at the budget, at `cache`'s stretch."""
+        done = request.num_computed_tokens or request.num_cached_tokens
+        full = self.cache.remaining_time(request.num_tokens, done)
+        return left * cache.remaining_time(request.num_tokens, done) / full if full > 0 else left
+
+    def _rescue(self, jobs: list[tuple], now: float, rate: float, was: float) -> tuple[list, list] | None:
+        """(admitted, set aside) at the least stretch of the budget (`RESCUE_STEPS`, up to the
+        allowed) at which fewer requests miss than at the budget, with exact estimates (nothing
+        inflated: the stretch is for what can be saved, not for the margin), and `rescue` set to
+        it; None if no stretch saves one, unless one ran last iteration (`was`): then it goes on
+        at that stretch. Longer iterations prefill faster (each chunk pays the iteration's fixed
+        time and one walk of its keys per attention tile), and the decodes take the same time
+        of each (the prefill share grows)."""
+        margin = self._margin
+        lost = len(sacrifice(jobs, now, rate=rate, margin=margin)[1])
+        pick = fallback = None
+        for x, cache in self._ladder:
+            fast = [(d, self._fast(r, left, cache), r, c) for d, left, r, c in jobs]
+            fast_rate = 1.0 - (1.0 - rate) / x
+            if len(sacrifice(fast, now, rate=fast_rate, margin=margin * x)[1]) < lost:
+                pick = x, fast, fast_rate
+                break
+            if x == was:
+                fallback = x, fast, fast_rate
+        pick = pick or fallback
+        if pick is None:
+            return None
+        x, fast, fast_rate = pick
+        self.rescue = x
+        return sacrifice(fast, now, rate=fast_rate, margin=margin * x, inflate=self.inflate)
+
     def candidates(self, partials: list[Request], now: float) -> Iterator[Request]:
         """Requests with a first token first (deadline order), then the set-aside ones that fit in
         the admitted schedule's slack (`_borrow_slack`), then the admitted ones in EDF
@@ -496,8 +554,8 @@ class SLOPolicy(DeadlinePolicy):
             i = info[r]
             d = r.arrival_time + i[0]
             left = i[2] - i[4]
-            if d < now + fastest * left:
-                hopeless.append(r)
+            if d < now + fastest * left and (not self._ladder or d < now + fastest * self._fast(r, left, self._ladder[-1][1])):
+                hopeless.append(r)  # late even at the stretched budget, when one is allowed
             else:
                 jobs.append((d, left * grow if r in set_aside else left, r, r.priority_class))
         if hopeless:
@@ -508,7 +566,15 @@ class SLOPolicy(DeadlinePolicy):
             else:
                 left = self.remaining(r)
                 jobs.append((r.arrival_time + info[r][0], left * grow if r in set_aside else left, r, r.priority_class))
-        admitted, aside = sacrifice(jobs, now, rate=self._share or 1.0, margin=self._margin, inflate=self.inflate)
+        rate = self._share or 1.0
+        admitted, aside = sacrifice(jobs, now, rate=rate, margin=self._margin, inflate=self.inflate)
+        was, self.rescue = self.rescue, 1.0
+        if self._ladder and not self._hopeless and (aside or (was > 1.0 and sacrifice(
+                [(d, left * grow, r, c) for d, left, r, c in jobs], now, rate=rate, margin=self._margin,
+                inflate=self.inflate)[1])):  # rescuing ends once all fit with REJOIN more work
+            res = self._rescue(jobs, now, rate, was)
+            if res is not None:
+                admitted, aside = res
         self.set_aside = set(aside)
         admitted_set = set(admitted)
         waiting, partial_set = self._store(), set(partials)

@@ -338,6 +338,11 @@ class BatchCost:
         return _linear_time(self.c, self.tiling, tokens, chunk_kv, chunk_sq, decodes, decode_kv, max_ctx, tiles,
                             small, n, max_dkv) * self.corr
 
+    def fixed(self) -> float:
+        """Seconds every iteration pays however little it holds (the model's intercept): a
+        prefill chunk alone pays it too, so it is no part of what decodes take from prefills."""
+        return self.c[0] * self.corr
+
     def time(self) -> float:
         if self.n == 0:
             return 0.0

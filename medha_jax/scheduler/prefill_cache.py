@@ -29,9 +29,10 @@ _VERSION = 2  # 2: chunks cut back to whole attention tiles where that pays (bud
 
 class PrefillTimeCache:
     def __init__(self, predictor, config: SchedulerConfig, *, cache_dir: str | None = None,
-                 initial_len: int = 1 << 16):
+                 initial_len: int = 1 << 16, stretch: float = 1.0):
         self.predictor = predictor
-        self.t_target = config.tick_target  # the packer's budget for one iteration (tick)
+        self.config = config
+        self.t_target = config.tick_target * stretch  # the packer's budget for one iteration (tick)
         self.granularity = config.prefill_cache_granularity
         self._chunk = dict(granularity=config.chunk_granularity, min_chunk=config.min_chunk,
                            max_chunk=config.max_chunk, accept_within=config.accept_within,
@@ -44,6 +45,10 @@ class PrefillTimeCache:
         self.num_simulated_chunks = 0
         if not (self.cache_dir and self._load()):
             self._extend(initial_len)
+
+    def stretched(self, factor: float) -> "PrefillTimeCache":
+        """The same cache for iterations `factor` times longer (slo's deadline rescue)."""
+        return PrefillTimeCache(self.predictor, self.config, cache_dir=self.cache_dir or "", stretch=factor)
 
     # ---- lookups ---------------------------------------------------------------------------
     def total_time(self, num_tokens: int) -> float:

@@ -95,8 +95,12 @@ class TimeBudgetPacker:
             fair = t_pred + (t_target - t_pred) / max(busy, 1)
         # t_target inf: batch mode; the policy's margin is one token's time (a tick plus the pipeline fill)
         pred = self.predictor
-        sched.policy.on_iteration(max(0.0, 1.0 - t_pred / t_target), sched.token_target, pred.slowdown,
-                                  pred.spell_ratio)
+        # the share of the budget the decodes leave to prefill progress: a chunk alone pays the
+        # iteration's fixed time too, so only what the decodes add to it is theirs
+        fixed = pred.batch_cost().fixed()
+        share = 1.0 - (t_pred - fixed) / (t_target - fixed) if t_target > fixed and t_pred > fixed else 1.0 - t_pred / t_target
+        sched.policy.on_iteration(max(0.0, share), sched.token_target, pred.slowdown,
+                                  pred.spell_ratio, sched.rescue_stretch)
         per_group = kv.per_group_batches
         prefills_on = [0] * kv.kvp  # prefill chunks per kvp group (per_group: each group's own budget)
         long_groups: set[int] = set()

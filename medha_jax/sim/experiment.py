@@ -77,6 +77,6 @@ class Experiment:
         sched = pol.build(self.profile.kv_manager(prefix_caching=caching), self.predictor, **self.config)
         result = simulate(sched, specs, self.profile.device_for(pol.device_kind), horizon=horizon, observer=observer)
         outcomes = request_outcomes(result, self.work)
-        summary = summarize(outcomes, result.horizon)
+        summary = summarize(outcomes, result.horizon, tpot_target=self.t_target)
         summary["device"] = device_summary(result, caching)
         return PolicyRun(policy, result, outcomes, summary)

@@ -4,7 +4,8 @@
   --request_outcomes--> one Outcome per request (TTFT, TPOT, deadline met / missed / undecided)
   --summarize--> per class ("short", "long", "all", and "follow_up" when the workload has
                  conversations: their later turns, which leave "short" and "long"): TTFT
-                 P50/P90/P99, normalised TTFT (TTFT / w), TPOT P50/P99, deadline-miss rate,
+                 P50/P90/P99, normalised TTFT (TTFT / w), TPOT P50/P99 and the share of
+                 requests whose TPOT exceeds the target (the scheduler's t_target), deadline-miss rate,
                  completions, throughput
   SimResult --device_summary--> tokens computed, busy seconds, prefix-cache hits
 
@@ -79,8 +80,9 @@ def _pct(values, qs):
     return [float(v) for v in np.percentile(np.asarray(values, dtype=float), qs)]
 
 
-def summarize(outcomes: list[Outcome], horizon: float) -> dict:
-    """{class: {metric: value}} for classes short, long, all (and follow_up, see the module docstring)."""
+def summarize(outcomes: list[Outcome], horizon: float, tpot_target: float | None = None) -> dict:
+    """{class: {metric: value}} for classes short, long, all (and follow_up, see the module
+    docstring); with `tpot_target`, also the fraction of requests whose TPOT exceeds it."""
     firsts = [o for o in outcomes if not o.follow_up]
     groups = {"short": [o for o in firsts if not o.is_long], "long": [o for o in firsts if o.is_long],
               "all": outcomes}
@@ -102,6 +104,8 @@ def summarize(outcomes: list[Outcome], horizon: float) -> dict:
             "ttft_p50": p50, "ttft_p90": p90, "ttft_p99": p99,
             "norm_ttft_p50": n50, "norm_ttft_p90": n90, "norm_ttft_p99": n99,
             "tpot_p50": t50, "tpot_p99": t99,
+            "tpot_over_target": (sum(t > tpot_target * (1 + 1e-9) for t in tpot) / len(tpot)
+                                 if tpot_target is not None and tpot else math.nan),
             "deadline_decided": len(decided),
             "deadline_miss_rate": (sum(o.missed for o in decided) / len(decided)) if decided else math.nan,
             "throughput_rps": len(finished) / horizon if horizon > 0 else math.nan,

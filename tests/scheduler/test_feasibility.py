@@ -242,3 +242,22 @@ def test_slo_decision_on_the_edge_does_not_flip_with_the_decodes():
         pol.candidates([], 0.0)
         old.append(a in pol.set_aside)
     assert sum(x != y for x, y in zip(old, old[1:])) >= 4  # it did flip: the test can fail
+
+
+def test_slo_counts_against_prefills_only_what_the_decodes_add_to_an_iteration():
+    """The prefill share the scan assumes: an iteration's fixed time (20 ms here) is paid by a
+    prefill chunk alone too, so four decodes (40 us) leave prefills 99.9% of the budget, not the
+    60% that counting the whole decode-only batch (20.04 of 50 ms) gave."""
+    from medha_jax.scheduler import RuntimePredictor
+    from tests.scheduler.factories import make_requests, make_scheduler, sample_all
+
+    s = make_scheduler("slo", num_pages=1 << 14, predictor=RuntimePredictor({"const": 0.02, "tokens": 1e-5}),
+                       prefill_cache_dir=None)
+    shares = []
+    s.policy.on_iteration = lambda share, *a, **k: shares.append(share)
+    for r in make_requests(4, prompt_len=32, max_tokens=8):
+        s.add_request(r)
+    sample_all(s, s.schedule(0.0), 0.1)  # four prompts -> four decodes
+    s.add_request(make_requests(1, prompt_len=100_000, prefix="L")[0])
+    s.schedule(0.1)
+    assert shares == [1.0, pytest.approx(1.0 - 4e-5 / 0.03)]
