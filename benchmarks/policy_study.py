@@ -24,6 +24,7 @@ Deterministic: the same command gives the same numbers (wall-clock times aside).
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
@@ -243,9 +244,14 @@ def main(argv=None) -> int:
     ap.add_argument("--per-class", action="store_true",
                     help="with --capacity-only: every class under 1%% misses, not only all requests together "
                          "(default --out: results/policy_study_capacity_per_class)")
+    ap.add_argument("--tpot-losses", metavar="DIR", default=None,
+                    help="print the TPOT table of a finished study (its DIR/results.json) and exit")
     ap.add_argument("--qps", default=None,
                     help="comma-separated QPS points (default: 0.25,0.75,1.25,1.75; with --quick 0.25,1.75)")
     args = ap.parse_args(argv)
+    if args.tpot_losses:
+        print(tpot_losses_from(args.tpot_losses))
+        return 0
     _init(args.device, args.seed)
     duration = 900.0 if args.quick else 3600.0
     qps_list = (0.25, 1.75) if args.quick else QPS
@@ -400,6 +406,48 @@ def losses(res, qps_list, policies) -> str:
                      + rows)
 
 
+def tpot_losses(cells: dict) -> str:
+    """Every workload where some policy keeps more requests within the TPOT target than the
+    default policy (its deadline rescue trades that for first tokens): those policies, their
+    share over the target, and the default's share and TPOT P99. `cells`: workload label ->
+    {policy: summary}."""
+    rows = []
+    for label, pols in cells.items():
+        mine = pols[DEFAULT]["all"]
+        a = mine.get("tpot_over_target")
+        if a is None or a != a:
+            continue
+        better = sorted((v["all"]["tpot_over_target"], p) for p, v in pols.items()
+                        if p != DEFAULT and v["all"].get("tpot_over_target", a) < a - 1e-12)
+        if better:
+            names = ", ".join(f"{p} {100 * b:.1f}%" for b, p in better)
+            rows.append(f"| {label} | {names} | {100 * a:.1f}%, P99 {1e3 * mine['tpot_p99']:.0f} ms |")
+    if not rows:
+        return f"None: no policy keeps more requests within the TPOT target than {DEFAULT}."
+    return "\n".join([f"| workload | policies with fewer requests over the TPOT target (share over) "
+                      f"| {DEFAULT}: share over, TPOT P99 |", "|---|---|---|"] + rows)
+
+
+def tpot_cells(res: dict, qps_list, policies, conversations: dict | None = None) -> dict:
+    cells = {f"{mix:.0%} long, {q} QPS": {p: res[(mix, q, p)] for p in policies if (mix, q, p) in res}
+             for mix in MIXES for q in qps_list if (mix, q, DEFAULT) in res}
+    if conversations:
+        cells["conversations (prefix cache on)"] = {p: s for p, s in conversations.items()
+                                                    if not p.endswith("(prefix cache off)")}
+    return cells
+
+
+def tpot_losses_from(directory: str) -> str:
+    """The TPOT table of a finished study, from its results.json."""
+    with open(os.path.join(directory, "results.json")) as f:
+        data = json.load(f)
+    res = {(r["long_fraction"], r["qps"], r["policy"]): r["summary"] for r in data["runs"]}
+    qps_list = sorted({r["qps"] for r in data["runs"]})
+    policies = list(dict.fromkeys(r["policy"] for r in data["runs"]))
+    conv = (data.get("conversations") or {}).get("rows")
+    return tpot_losses(tpot_cells(res, qps_list, policies, conv))
+
+
 def _report(out, res, walls, iters, caps, loads, qps_list, policies, duration, cap_duration, total, args,
             conversations):
     exp = _exp()
@@ -424,7 +472,10 @@ def _report(out, res, walls, iters, caps, loads, qps_list, policies, duration, c
     ]
     for mix in MIXES:
         lines.append(f"| {mix:.0%} | " + " | ".join(_fmt(loads[(mix, q)]["all"]) for q in qps_list) + " |")
-    lines += ["", f"## Where the default policy ({DEFAULT}) loses", "", losses(res, qps_list, policies)]
+    lines += ["", f"## Where the default policy ({DEFAULT}) loses", "", losses(res, qps_list, policies), "",
+              "On TPOT (share of requests whose time per output token exceeds the 50 ms target; slo's deadline "
+              "rescue stretches iterations to save first tokens, docs/simulator.md):", "",
+              tpot_losses(tpot_cells(res, qps_list, policies, conversations))]
     for mix in MIXES:
         for q in qps_list:
             lines += ["", f"## {mix:.0%} long, {q} QPS", "",

@@ -41,7 +41,7 @@ class SchedulerConfig:
     the time-budget policies pack each iteration for throughput (the largest chunks the token cap
     allows, several prefills per batch) instead of under t_target. `LLM(...)` turns it on unless
     told otherwise (an offline batch has nobody waiting between tokens); servers keep it off, so
-    every decode is held to t_target by default."""
+    every decode is held to t_target by default (save slo's deadline rescue, `rescue_stretch`)."""
     long_prefill_token_threshold: int = 0
     """fcfs / srpt (vLLM's limit): a prompt longer than this many tokens is long; its prefill chunks
     are capped at this size and at most max_long_partial_prefills long prompts get a chunk per
@@ -80,9 +80,13 @@ class SchedulerConfig:
     profile with tiled terms). 1: every iteration within t_target (the paper's hard budget)."""
     rescue_stretch: float = 3.0
     """slo: how far, in t_targets, an iteration may stretch while that lets a prompt meet its TTFT
-    deadline that the budget alone would give up (larger chunks prefill more tokens per second:
-    at 900K cached keys a 128-token chunk costs 13% more per token than a 2048-token one). Never
-    past tpot_slo or a live request's tpot_target: with either set, only up to that. 1: off (the
+    deadline that the budget alone would give up (the least of 1.5x, 2x and this that does):
+    longer iterations prefill faster (at 900K cached keys a 128-token chunk costs 13% more per
+    token than a 2048-token one), at the cost of the decodes' time per token meanwhile. Never past
+    tpot_slo or a live request's tpot_target (set either to make the TPOT target hard), never in
+    overload (a request is waiting that cannot make its deadline even stretched: the load is past
+    what can be served, and the decodes keep their budget), and never so far that a request
+    arriving meanwhile could not get its first token within half of deadline_min. 1: off (the
     paper's hard budget)."""
     prefill_cache_granularity: int = 256
     """Token granularity of the simulated prefill-time cache (Algorithm 3)."""

@@ -344,6 +344,18 @@ class SLOPolicy(DeadlinePolicy):
     preemption) keep their own, already past, deadline: they go first. No space sharing (relative
     slack 0): the order alone decides who waits.
 
+    The prefill share is what the decodes add to an iteration, over the budget less the
+    iteration's fixed time (a chunk alone pays that too; counting the decode-only batch's whole
+    time, 3.5 of 25 ms on the simulated A100 pair, made the scan see long prompts as late that
+    were not). Deadline rescue (`rescue_stretch`): when the scan sets requests aside, the same
+    scan with exact estimates at 1.5x, 2x, ... the budget (prefill-time tables at those budgets:
+    longer iterations pay their fixed time and each attention tile's walk of the keys less often)
+    picks the least stretch at which fewer requests miss; while one does, every chunk's budget is
+    stretched by it (`budget_scale`), and the rescue ends once everything fits at the budget with
+    REJOIN more work. Decodes then wait up to that many budgets per token: the TPOT target is
+    traded for a first token only where that saves one, never in overload (a hopeless request
+    waiting), and never past a hard TPOT limit (`Scheduler.rescue_stretch`).
+
     priority_class: while every deadline can be met it changes nothing (all are met); when some
     cannot, every request of a less important class is given up before any of a more important
     one, and within a class the one with the most remaining work (`feasibility.sacrifice`)."""
@@ -406,6 +418,8 @@ class SLOPolicy(DeadlinePolicy):
         self._iteration += 1
 
     def _set_ladder(self, stretch: float) -> None:
+        """The stretches a rescue may use now (RESCUE_STEPS below `stretch`, then it), with their
+        prefill-time tables (built once per stretch)."""
         steps = [x for x in self.RESCUE_STEPS if x < stretch] + [stretch] if stretch > 1.0 else []
         self._ladder = [(x, self._caches.get(x) or self._caches.setdefault(x, self.cache.stretched(x)))
                         for x in steps]

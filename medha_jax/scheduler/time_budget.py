@@ -1,13 +1,16 @@
 """Phase 2 for edf / lrs / lars: prefill chunks under a time budget (Algorithms 1 and 2).
 
   decodes already in the batch --BatchCost (kvp > 1: per group, the slowest counts)--> t_pred
+      --> the policy's prefill share: 1 - (t_pred - fixed) / (t_target - fixed), fixed = what every
+          iteration pays (a chunk alone pays it too), and how far the budget may stretch now
   for each prefill candidate, best priority first (at most max_prefill_candidates looked at):
       stop when t_pred reaches t_target (first prefill) or multi_prefill_fraction * t_target (others)
       waiting: offered its cached prefix (prefix caching), so the chunk starts after it
       long (>= long_threshold tokens processed): skip if the batch already holds a long prefill
           on one of its kvp groups; else space sharing: budget t_target * (1 - clamp(rho, 0, rho_max))
           with rho its relative slack
-      budget x policy.budget_scale(request) (slo: < 1 for work with ample slack during a slow spell),
+      budget x policy.budget_scale(request) (slo: < 1 for work with ample slack during a slow spell;
+          > 1 while its deadline rescue stretches the budget),
           at most what the prompts this batch completes allow (`policy.finish_budget`; slo: the
           time left to the earliest of their deadlines at the device's current speed)
       chunk = largest multiple of chunk_granularity (min_chunk..max_chunk, last chunk exact) whose
