@@ -244,6 +244,9 @@ def main(argv=None) -> int:
     ap.add_argument("--per-class", action="store_true",
                     help="with --capacity-only: every class under 1%% misses, not only all requests together "
                          "(default --out: results/policy_study_capacity_per_class)")
+    ap.add_argument("--no-conversations", action="store_true",
+                    help="leave out the multi-turn conversation row (on a deployment with a small KV pool "
+                         "the simulator's prefix matching makes it slow)")
     ap.add_argument("--tpot-losses", metavar="DIR", default=None,
                     help="print the TPOT table of a finished study (its DIR/results.json) and exit")
     ap.add_argument("--qps", default=None,
@@ -316,7 +319,7 @@ def main(argv=None) -> int:
             if lt is not None:
                 light[(mix, qps, pol)] = lt
             print(f"  long {mix:.0%} qps {qps} {pol}: {wall:.1f} s wall", flush=True)
-        conversations = conversation_rows(pool, policies, duration)
+        conversations = {} if args.no_conversations else conversation_rows(pool, policies, duration)
         caps = {} if args.quick else capacities(pool, policies, cap_duration)
     total = time.perf_counter() - t0
 
@@ -482,7 +485,8 @@ def _report(out, res, walls, iters, caps, loads, qps_list, policies, duration, c
                       markdown_table({p: res[(mix, q, p)] for p in policies})]
     if caps:
         lines += [""] + capacity_section(caps, policies, cap_duration)
-    lines += [""] + conversation_section(conversations, duration)
+    if conversations:
+        lines += [""] + conversation_section(conversations, duration)
     lines += ["", "## The paper's ratios next to ours", "", paper_comparison(res), "",
               "Why they differ: docs/simulator.md, section 'Policy study: where we differ from the paper'.", "",
               "## Simulator speed", "",
