@@ -48,7 +48,8 @@ class PrefillTimeCache:
 
     def stretched(self, factor: float) -> "PrefillTimeCache":
         """The same cache for iterations `factor` times longer (slo's deadline rescue)."""
-        return PrefillTimeCache(self.predictor, self.config, cache_dir=self.cache_dir or "", stretch=factor)
+        return PrefillTimeCache(self.predictor, self.config, cache_dir=self.cache_dir or "",  # "": in memory, as this one
+                                stretch=factor)
 
     # ---- lookups ---------------------------------------------------------------------------
     def total_time(self, num_tokens: int) -> float:

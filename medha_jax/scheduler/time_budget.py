@@ -101,7 +101,10 @@ class TimeBudgetPacker:
         # the share of the budget the decodes leave to prefill progress: a chunk alone pays the
         # iteration's fixed time too, so only what the decodes add to it is theirs
         fixed = pred.batch_cost().fixed()
-        share = 1.0 - (t_pred - fixed) / (t_target - fixed) if t_target > fixed and t_pred > fixed else 1.0 - t_pred / t_target
+        if t_target > fixed and t_pred > fixed:
+            share = 1.0 - (t_pred - fixed) / (t_target - fixed)
+        else:  # no decodes, or a budget below the fixed time (then the whole batch counts)
+            share = 1.0 - t_pred / t_target
         sched.policy.on_iteration(max(0.0, share), sched.token_target, pred.slowdown,
                                   pred.spell_ratio, sched.rescue_stretch)
         per_group = kv.per_group_batches
