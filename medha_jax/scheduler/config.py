@@ -78,7 +78,7 @@ class SchedulerConfig:
     """Most an iteration may take, in t_targets, when its decodes are ahead of their mean-TPOT
     schedule (`tpot_bank`), and only to run a prefill chunk in whole attention tiles (a runtime
     profile with tiled terms). 1: every iteration within t_target (the paper's hard budget)."""
-    rescue_stretch: float = 3.0
+    rescue_stretch: float = 1.0
     """slo: how far, in t_targets, an iteration may stretch while that lets a prompt meet its TTFT
     deadline that the budget alone would give up (the least of 1.5x, 2x and this that does):
     longer iterations prefill faster (at 900K cached keys a 128-token chunk costs 13% more per
@@ -86,8 +86,11 @@ class SchedulerConfig:
     tpot_slo or a live request's tpot_target (set either to make the TPOT target hard), never in
     overload (a request is waiting that cannot make its deadline even stretched: the load is past
     what can be served, and the decodes keep their budget), and never so far that a request
-    arriving meanwhile could not get its first token within half of deadline_min. 1: off (the
-    paper's hard budget)."""
+    arriving meanwhile could not get its first token within half of deadline_min. 1 (the
+    default): off, the paper's hard budget. Opt in with e.g. 3: in the simulator it saved the
+    long prompts the budget lost on one workload draw and on another put a third to a half of the
+    requests over the TPOT target for no first token saved (docs/simulator.md, "Deadline
+    rescue")."""
     prefill_cache_granularity: int = 256
     """Token granularity of the simulated prefill-time cache (Algorithm 3)."""
     prefill_cache_dir: str | None = "~/.cache/medha_jax/prefill_times"

@@ -1,4 +1,4 @@
-"""slo's deadline rescue: the iteration budget stretches (up to `rescue_stretch` t_targets) only
+"""slo's deadline rescue (opt-in): the iteration budget stretches (up to `rescue_stretch` t_targets) only
 while that lets a prompt make its TTFT deadline that the budget alone would give up, and never past
 a hard TPOT limit or what a request arriving meanwhile can absorb.
 
@@ -21,6 +21,7 @@ COEFS = {"const": 0.02, "tokens": 1e-5}
 
 def sched(**kw):
     kw.setdefault("accept_within", 0.0)
+    kw.setdefault("rescue_stretch", 3.0)  # opt-in (the default, 1, is the paper's hard budget)
     return make_scheduler("slo", num_pages=65536, predictor=RuntimePredictor(COEFS), prefill_cache_dir=None, **kw)
 
 
@@ -79,6 +80,7 @@ def test_how_far_the_budget_may_stretch():
     live.add_request(r)
     assert live.rescue_stretch == pytest.approx(1.2)
     assert sched(batch_mode=True).rescue_stretch == 1.0  # batch mode: no budget at all
+    assert make_scheduler("slo", predictor=RuntimePredictor(COEFS), prefill_cache_dir=None).rescue_stretch == 1.0  # off by default
     assert math.isinf(sched(batch_mode=True).t_target)
     with pytest.raises(ValueError, match="rescue_stretch"):
         sched(rescue_stretch=0.5)
