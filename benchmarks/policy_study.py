@@ -476,8 +476,8 @@ def _report(out, res, walls, iters, caps, loads, qps_list, policies, duration, c
     for mix in MIXES:
         lines.append(f"| {mix:.0%} | " + " | ".join(_fmt(loads[(mix, q)]["all"]) for q in qps_list) + " |")
     lines += ["", f"## Where the default policy ({DEFAULT}) loses", "", losses(res, qps_list, policies), "",
-              "On TPOT (share of requests whose time per output token exceeds the 50 ms target; slo's deadline "
-              "rescue stretches iterations to save first tokens, docs/simulator.md):", "",
+              "On TPOT (share of requests whose time per output token exceeds the 50 ms target; with "
+              "`rescue_stretch` > 1 slo trades it for first tokens, docs/simulator.md):", "",
               tpot_losses(tpot_cells(res, qps_list, policies, conversations))]
     for mix in MIXES:
         for q in qps_list:
