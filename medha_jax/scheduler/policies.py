@@ -347,13 +347,14 @@ class SLOPolicy(DeadlinePolicy):
     The prefill share is what the decodes add to an iteration, over the budget less the
     iteration's fixed time (a chunk alone pays that too; counting the decode-only batch's whole
     time, 3.5 of 25 ms on the simulated A100 pair, made the scan see long prompts as late that
-    were not). Deadline rescue (`rescue_stretch`): when the scan sets requests aside, the same
-    scan with exact estimates at 1.5x, 2x, ... the budget (prefill-time tables at those budgets:
-    longer iterations pay their fixed time and each attention tile's walk of the keys less often)
-    picks the least stretch at which fewer requests miss; while one does, every chunk's budget is
-    stretched by it (`budget_scale`), and the rescue ends once everything fits at the budget with
-    REJOIN more work. Decodes then wait up to that many budgets per token: the TPOT target is
-    traded for a first token only where that saves one, never in overload (a hopeless request
+    were not). Deadline rescue (`rescue_stretch`; opt-in, off by default): when the scan sets
+    requests aside, the same scan with exact estimates at 1.5x, 2x, ... the budget (prefill-time
+    tables at those budgets: longer iterations pay their fixed time and each attention tile's walk
+    of the keys less often) picks the least stretch at which fewer requests miss; while one does,
+    every chunk's budget is stretched by it (`budget_scale`), and the rescue ends once everything
+    fits at the budget with REJOIN more work. Decodes then wait up to that many budgets per token:
+    the TPOT target is traded for a first token where the scan says that saves one (in the
+    simulator it often did not: docs/simulator.md), never in overload (a hopeless request
     waiting), and never past a hard TPOT limit (`Scheduler.rescue_stretch`).
 
     priority_class: while every deadline can be met it changes nothing (all are met); when some
@@ -568,7 +569,8 @@ class SLOPolicy(DeadlinePolicy):
             i = info[r]
             d = r.arrival_time + i[0]
             left = i[2] - i[4]
-            if d < now + fastest * left and (not self._ladder or d < now + fastest * self._fast(r, left, self._ladder[-1][1])):
+            if d < now + fastest * left and (
+                    not self._ladder or d < now + fastest * self._fast(r, left, self._ladder[-1][1])):
                 hopeless.append(r)  # late even at the stretched budget, when one is allowed
             else:
                 jobs.append((d, left * grow if r in set_aside else left, r, r.priority_class))
