@@ -411,7 +411,7 @@ def losses(res, qps_list, policies) -> str:
 
 def tpot_losses(cells: dict) -> str:
     """Every workload where some policy keeps more requests within the TPOT target than the
-    default policy (its deadline rescue trades that for first tokens): those policies, their
+    default policy (with its deadline rescue on, slo trades that for first tokens): those policies, their
     share over the target, and the default's share and TPOT P99. `cells`: workload label ->
     {policy: summary}."""
     rows = []

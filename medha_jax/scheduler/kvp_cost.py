@@ -75,6 +75,11 @@ class KVPBatchCost:
             cost.small += small
             cost.max_dkv = max(cost.max_dkv, gkv)
 
+    def fixed(self) -> float:
+        """What every iteration pays however little it holds (`BatchCost.fixed`; the groups run
+        in lockstep on one model, so it is each group's)."""
+        return self.groups[0].fixed()
+
     def time(self) -> float:
         return max(cost.time() for cost in self.groups)
 

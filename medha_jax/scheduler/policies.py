@@ -422,8 +422,10 @@ class SLOPolicy(DeadlinePolicy):
         """The stretches a rescue may use now (RESCUE_STEPS below `stretch`, then it), with their
         prefill-time tables (built once per stretch)."""
         steps = [x for x in self.RESCUE_STEPS if x < stretch] + [stretch] if stretch > 1.0 else []
-        self._ladder = [(x, self._caches.get(x) or self._caches.setdefault(x, self.cache.stretched(x)))
-                        for x in steps]
+        for x in steps:
+            if x not in self._caches:
+                self._caches[x] = self.cache.stretched(x)
+        self._ladder = [(x, self._caches[x]) for x in steps]
 
     def build(self, max_len: int, stretch: float = 1.0) -> None:
         super().build(max_len, stretch)

@@ -100,7 +100,7 @@ class TimeBudgetPacker:
         pred = self.predictor
         # the share of the budget the decodes leave to prefill progress: a chunk alone pays the
         # iteration's fixed time too, so only what the decodes add to it is theirs
-        fixed = pred.batch_cost().fixed()
+        fixed = cost.fixed()
         if t_target > fixed and t_pred > fixed:
             share = 1.0 - (t_pred - fixed) / (t_target - fixed)
         else:  # no decodes, or a budget below the fixed time (then the whole batch counts)
