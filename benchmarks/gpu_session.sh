@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# One device call: every GPU check and timing of medha-jax, each stage under its own time limit,
-# all output under $OUT (the device tool brings it back) or benchmarks/results/gpu_run/, and
-# packed into $OUT/all.tgz at the end.
+# One device call: every GPU check and timing of medha-jax, each stage under its own time limit.
+# Logs and results go to a work folder; after every stage it is packed into $OUT/all.tgz and the
+# .md reports and session.log are copied beside it (the device tool brings back at most 8 files,
+# and what a killed call had left under $OUT), $OUT defaulting to benchmarks/results/gpu_run/.
 #
 #   bash benchmarks/gpu_session.sh [stage ...]     stages: env kernels kernel-tests hf llama8b
 #                                                  (default: all, in that order)
@@ -9,8 +10,9 @@
 # is logged and the next one still runs; the exit code is the number of failed stages.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT="${OUT:-benchmarks/results/gpu_run}"
-mkdir -p "$OUT"
+DEST="${OUT:-benchmarks/results/gpu_run}"
+OUT="$(mktemp -d)"
+mkdir -p "$DEST"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export XLA_PYTHON_CLIENT_MEM_FRACTION="${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.92}"
 PY="${PY:-python3}"
@@ -25,12 +27,14 @@ run() {  # run NAME LIMIT_S CMD...: tee into $OUT/NAME.log, record rc and second
   tail -n 25 "$OUT/$name.log"
   echo "=== $name: rc=$rc in $((SECONDS - t0)) s" | tee -a "$OUT/session.log"
   [ $rc -ne 0 ] && failed=$((failed + 1))
+  tar czf "$DEST/all.tgz" -C "$OUT" . && cp "$OUT"/*.md "$OUT/session.log" "$DEST"/ 2>/dev/null
 }
 for s in "${stages[@]}"; do
   case $s in
     env) run env 60 bash -c "nvidia-smi; $PY -c 'import jax, jaxlib, triton; print(jax.__version__, jaxlib.__version__, triton.__version__); print(jax.devices()); print(jax.devices()[0].device_kind, getattr(jax.devices()[0], \"core_count\", None))'" ;;
     kernels) run kernels "${KERNELS_S:-300}" $PY benchmarks/kernels_gpu.py --budget-s "$(( ${KERNELS_S:-300} - 60 ))" --out "$OUT" ;;
-    kernel-tests) run kernel-tests "${KERNEL_TESTS_S:-150}" env JAX_PLATFORMS=cuda $PY -m pytest -q -x -p no:cacheprovider \
+    kernel-tests) run kernel-tests "${KERNEL_TESTS_S:-150}" env JAX_PLATFORMS=cuda XLA_PYTHON_CLIENT_PREALLOCATE=false \
+        $PY -m pytest -q -n 4 -p no:cacheprovider \
         tests/kernels/test_prefill_kernel.py tests/kernels/test_decode_kernel.py tests/kernels/test_pod_kernel.py \
         tests/kernels/test_kvp_merge.py tests/kernels/test_api.py ;;
     hf) run hf "${HF_S:-200}" $PY benchmarks/engine_gpu.py --hf --budget-s "$(( ${HF_S:-200} - 50 ))" --out "$OUT" ;;
@@ -38,7 +42,6 @@ for s in "${stages[@]}"; do
     *) echo "unknown stage $s (env kernels kernel-tests hf llama8b)"; failed=$((failed + 1)) ;;
   esac
 done
-# the device tool brings back at most 8 files: everything else travels in one archive
-tar czf "$OUT.tgz" -C "$OUT" . && mv "$OUT.tgz" "$OUT/all.tgz"
-echo "=== $failed failed stage(s); archive $OUT/all.tgz" | tee -a "$OUT/session.log"
+echo "=== $failed failed stage(s); archive $DEST/all.tgz" | tee -a "$OUT/session.log"
+cp "$OUT/session.log" "$DEST"/
 exit $failed

@@ -297,7 +297,9 @@ def timing_cases(quick, small=False):
         pre, dec, hyb = pre[1:5:2], dec[:4], hyb[:3]
     if small:  # code-path exercise in interpret mode, not a measurement
         pre, dec, hyb = [(16, 64)], [(4, 256)], [(16, 64, 4, 256)]
-    return ([("prefill", p) for p in pre] + [("decode", d) for d in dec] + [("hybrid", h) for h in hyb])
+    # round-robin over the kinds, so a time budget that cuts the list leaves some of each
+    lists = [[("prefill", p) for p in pre], [("decode", d) for d in dec], [("hybrid", h) for h in hyb]]
+    return [c for i in range(max(map(len, lists))) for lst in lists if i < len(lst) for c in [lst[i]]]
 
 
 def run_case(kind, params, key, cfg, reps, log, *, interpret=False, dims=None):
