@@ -4,8 +4,12 @@
 # .md reports and session.log are copied beside it (the device tool brings back at most 8 files,
 # and what a killed call had left under $OUT), $OUT defaulting to benchmarks/results/gpu_run/.
 #
-#   bash benchmarks/gpu_session.sh [stage ...]     stages: env kernels kernel-tests hf llama8b
+#   bash benchmarks/gpu_session.sh [stage ...]     stages: env kernels kernel-tests hf llama8b profile
 #                                                  (default: all, in that order)
+# The device tool sends at most 64 MiB of working tree: move benchmarks/results/ aside for the call.
+# With 15 minutes of device time, one call of ~340 s on an H200 (2026-11-27) ran env..llama8b with
+#   ENV_S=40 KERNELS_S=170 KERNEL_TESTS_S=100 HF_S=90 LLAMA8B_S=185
+# and later calls on the still-warm machine (30 s) ran the rest (KERNELS_S=330 for every case).
 # Stage limits (seconds) can be changed with e.g. KERNELS_S=300. A stage that fails or times out
 # is logged and the next one still runs; the exit code is the number of failed stages.
 set -uo pipefail
@@ -16,7 +20,7 @@ mkdir -p "$DEST"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export XLA_PYTHON_CLIENT_MEM_FRACTION="${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.92}"
 PY="${PY:-python3}"
-stages=("$@"); [ ${#stages[@]} -eq 0 ] && stages=(env kernels kernel-tests hf llama8b)
+stages=("$@"); [ ${#stages[@]} -eq 0 ] && stages=(env kernels kernel-tests hf llama8b profile)
 failed=0
 run() {  # run NAME LIMIT_S CMD...: tee into $OUT/NAME.log, record rc and seconds
   local name=$1 limit=$2; shift 2
@@ -39,7 +43,8 @@ for s in "${stages[@]}"; do
         tests/kernels/test_kvp_merge.py tests/kernels/test_api.py ;;
     hf) run hf "${HF_S:-200}" $PY benchmarks/engine_gpu.py --hf --budget-s "$(( ${HF_S:-200} - 50 ))" --out "$OUT" ;;
     llama8b) run llama8b "${LLAMA8B_S:-480}" $PY benchmarks/engine_gpu.py --llama8b --budget-s "$(( ${LLAMA8B_S:-480} - 90 ))" --out "$OUT" ;;
-    *) echo "unknown stage $s (env kernels kernel-tests hf llama8b)"; failed=$((failed + 1)) ;;
+    profile) run profile "${PROFILE_S:-200}" $PY benchmarks/decode_profile_gpu.py --out "$OUT" ;;
+    *) echo "unknown stage $s (env kernels kernel-tests hf llama8b profile)"; failed=$((failed + 1)) ;;
   esac
 done
 echo "=== $failed failed stage(s); archive $DEST/all.tgz" | tee -a "$OUT/session.log"

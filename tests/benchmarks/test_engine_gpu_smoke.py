@@ -17,9 +17,9 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 
 
-def _run(*args, timeout=300):
+def _run(*args, timeout=300, script="engine_gpu.py"):
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / "engine_gpu.py"), *args], check=False,
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args], check=False,
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -29,13 +29,23 @@ def test_engine_gpu_dry_run(tmp_path):
     report = json.loads((tmp_path / "engine_hf_llama8b_cpu.json").read_text())
     assert report["mode"] == "cpu-dry-run" and [h["equal"] for h in report["hf"]] == [True]
     phases = report["llama8b"]["phases"]
-    assert [p["phase"] for p in phases] == ["ttft"] * 3 + ["tpot", "offline"]
+    assert [p["phase"] for p in phases] == ["tpot", "offline"] + ["ttft"] * 3
     assert report["llama8b"]["compiles_after_warmup_total"] == 0
     assert all(p.get("ttft_s", 1) > 0 for p in phases)
-    assert all(0.0 <= p["device_idle_fraction"] < 1.0 and p["ticks"] > 1 for p in phases[3:])
+    assert all(0.0 <= p["device_idle_fraction"] < 1.0 and p["ticks"] > 1 for p in phases[:2])
     assert (tmp_path / "engine_hf_llama8b_cpu.md").read_text().startswith("# The engine on cpu")
 
 
 def test_refuses_without_gpu_or_small(tmp_path):
     r = _run("--hf", "--out", str(tmp_path), timeout=120)
     assert r.returncode == 2 and "no GPU found" in r.stderr
+
+
+def test_decode_profile_dry_run(tmp_path):
+    """benchmarks/decode_profile_gpu.py --small: both cache sizes measured, the larger one larger."""
+    r = _run("--small", "--new", "8", "--out", str(tmp_path), script="decode_profile_gpu.py")
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    rows = json.loads((tmp_path / "decode_profile_cpu.json").read_text())["rows"]
+    assert [r["num_pages"] for r in rows] == [512, 8192]
+    assert rows[1]["kv_cache_bytes"] == 16 * rows[0]["kv_cache_bytes"] and all(r["tpot_ms"] > 0 for r in rows)
+    assert (tmp_path / "decode_profile_cpu.md").read_text().startswith("# A decode tick on cpu")
