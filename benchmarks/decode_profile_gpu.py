@@ -1,4 +1,5 @@
-"""Where a decode tick's time goes on a GPU: the device's kernels and ops, at two KV-cache sizes.
+"""Where a decode tick's time goes on a GPU: the device's kernels and ops, at two KV-cache sizes
+and with either attention backend.
 
     python benchmarks/decode_profile_gpu.py            # on a GPU (~2 min)
     python benchmarks/decode_profile_gpu.py --small    # CPU dry run of the code paths
@@ -6,11 +7,15 @@
 Why: on the first H200 run (benchmarks/results/h200/) a Llama-3-8B-shaped model decoded one
 sequence at 8K tokens of context in 19.8 ms a token, ~4x the time to read its 16 GB of weights
 once. If the step touched the whole KV cache (30 GB there), the time would follow the cache's
-size, not the batch; this measures both sizes side by side and names the kernels that take it.
+size, not the batch; if the fused POD kernel (which the engine runs on every batch, decode-only
+ones too, and which took 2-3x the decode kernel's time on decodes in kernels_gpu.py) is the cost,
+the XLA attention path would be faster. This measures the three side by side and names the
+kernels that take the time.
 
-Data flow, per KV-cache size (4 GB, 30 GB; --small: 512 / 8192 pages of a tiny model):
+Data flow, per (attention, KV-cache size) in (pallas, 4 GB), (pallas, 30 GB), (xla, 30 GB)
+(--small: 512 / 8192 pages of a tiny model):
   config.json of Llama-3-8B (benchmarks/dummy_models) -> LLM(load_format="dummy", bfloat16,
-  fcfs, attention auto: the Pallas kernels on a GPU)
+  fcfs, that attention backend)
   -> one untimed request (compiles its buckets) -> the same shapes again under
      jax.profiler.trace: one request, PROMPT tokens + NEW greedy tokens
   -> TPOT (the engine's metrics); the decode bucket's XLA cost analysis (bytes accessed) and
@@ -75,9 +80,9 @@ def top_rows(table: dict, ticks: int) -> list[dict]:
     return [dict(name=n, ms_per_tick=ns / 1e6 / ticks, calls_per_tick=c / ticks) for n, (ns, c) in rows]
 
 
-def measure(model_dir: Path, kv: dict, prompt: int, new: int, log) -> dict:
+def measure(model_dir: Path, backend: str, kv: dict, prompt: int, new: int, log) -> dict:
     llm = LLM(model=str(model_dir), load_format="dummy", dtype="bfloat16", scheduler="fcfs", mesh="tp=1",
-              num_devices=1, attention_backend="auto", max_model_len=max(4096, 2 * prompt), page_size=16,
+              num_devices=1, attention_backend=backend, max_model_len=max(4096, 2 * prompt), page_size=16,
               max_num_batched_tokens=2048, max_num_seqs=8, warmup=False, **kv)
     ex = llm.engine.executor
     greedy = SamplingParams(max_tokens=new, temperature=0.0, ignore_eos=True)
@@ -96,14 +101,14 @@ def measure(model_dir: Path, kv: dict, prompt: int, new: int, log) -> dict:
     mem = exe.memory_analysis()
     dev = device_time(trace_dir)
     ticks = max(1, new)
-    row = dict(kv_cache_bytes=2 * ex.kv_k.nbytes, num_pages=ex.total_pages, tpot_ms=1e3 * out.metrics.tpot,
+    row = dict(attention=ex.attention_backend, kv_cache_bytes=2 * ex.kv_k.nbytes, num_pages=ex.total_pages, tpot_ms=1e3 * out.metrics.tpot,
                ttft_ms=1e3 * out.metrics.ttft, wall_s=wall, decode_bucket=str(decode_bucket),
                bytes_accessed=cost.get("bytes accessed"), flops=cost.get("flops"),
                temp_bytes=getattr(mem, "temp_size_in_bytes", None),
                weights_bytes=sum(a.nbytes for a in jax.tree.leaves(ex.params)),
                device_ms_per_tick=sum(ns for ns, _ in dev["kernels"].values()) / 1e6 / ticks,
                kernels=top_rows(dev["kernels"], ticks), ops=top_rows(dev["ops"], ticks), trace_lines=dev["lines"])
-    log(f"kv {row['kv_cache_bytes'] / 1e9:.2f} GB: tpot {row['tpot_ms']:.2f} ms, device busy "
+    log(f"{row['attention']}, kv {row['kv_cache_bytes'] / 1e9:.2f} GB: tpot {row['tpot_ms']:.2f} ms, device busy "
         f"{row['device_ms_per_tick']:.2f} ms/tick, XLA bytes accessed "
         f"{(row['bytes_accessed'] or 0) / 1e9:.2f} GB (weights {row['weights_bytes'] / 1e9:.2f} GB)")
     for k in row["kernels"][:8]:
@@ -120,16 +125,17 @@ def write_report(report, out_dir: Path):
     lines = [f"# A decode tick on {report['device']}", "",
              f"jax {report['jax']}, {report['elapsed_s']:.0f} s; one request, {report['prompt']} prompt tokens + "
              f"{report['new']} greedy tokens; model {report['model']}.", "",
-             "| KV cache | pages | TPOT ms | device busy ms/tick | XLA bytes accessed (decode bucket) | weights |",
-             "|---|---|---|---|---|---|"]
+             "| attention | KV cache | pages | TPOT ms | device busy ms/tick | XLA bytes accessed (decode bucket) | weights |",
+             "|---|---|---|---|---|---|---|"]
     for r in report["rows"]:
         ba = f"{r['bytes_accessed'] / 1e9:.2f} GB" if r["bytes_accessed"] else "-"
-        lines.append(f"| {r['kv_cache_bytes'] / 1e9:.2f} GB | {r['num_pages']} | {r['tpot_ms']:.2f} | "
+        lines.append(f"| {r['attention']} | {r['kv_cache_bytes'] / 1e9:.2f} GB | {r['num_pages']} | {r['tpot_ms']:.2f} | "
                      f"{r['device_ms_per_tick']:.2f} | {ba} | {r['weights_bytes'] / 1e9:.2f} GB |")
     for r in report["rows"]:
         for what in ("kernels", "ops"):
             if r[what]:
-                lines += ["", f"## {what}, KV cache {r['kv_cache_bytes'] / 1e9:.2f} GB (per decode tick)", "",
+                lines += ["", f"## {what}, {r['attention']} attention, KV cache {r['kv_cache_bytes'] / 1e9:.2f} GB "
+                          "(per decode tick)", "",
                           "| ms | calls | name |", "|---|---|---|"]
                 lines += [f"| {k['ms_per_tick']:.3f} | {k['calls_per_tick']:.1f} | `{k['name'][:120]}` |"
                           for k in r[what]]
@@ -151,14 +157,15 @@ def main(argv=None):
     log = lambda msg: print(f"[{time.perf_counter() - start:6.1f}s] {msg}", flush=True)  # noqa: E731
     cfg = TINY if args.small else LLAMA3_8B
     prompt = min(args.prompt, 256) if args.small else args.prompt
-    sizes = [dict(num_pages=512), dict(num_pages=8192)] if args.small else \
-        [dict(kv_cache_memory_gb=4.0), dict(kv_cache_memory_gb=30.0)]
+    small_kv, big_kv = (dict(num_pages=512), dict(num_pages=8192)) if args.small else \
+        (dict(kv_cache_memory_gb=4.0), dict(kv_cache_memory_gb=30.0))
+    runs = [("pallas", small_kv), ("pallas", big_kv), ("xla", big_kv)]
     report = dict(device=jax.devices()[0].device_kind, jax=jax.__version__, prompt=prompt, new=args.new,
                   model="tiny" if args.small else "llama3-8b shape", rows=[])
     with tempfile.TemporaryDirectory() as tmp:
         d = write_model_dir(Path(tmp), "decode-profile", cfg)
-        for kv in sizes:
-            report["rows"].append(measure(d, kv, prompt, args.new, log))
+        for backend, kv in runs:
+            report["rows"].append(measure(d, backend, kv, prompt, args.new, log))
     report["elapsed_s"] = time.perf_counter() - start
     jpath, mpath = write_report(report, args.out)
     log(f"wrote {jpath} and {mpath}")

@@ -42,10 +42,10 @@ def test_refuses_without_gpu_or_small(tmp_path):
 
 
 def test_decode_profile_dry_run(tmp_path):
-    """benchmarks/decode_profile_gpu.py --small: both cache sizes measured, the larger one larger."""
+    """benchmarks/decode_profile_gpu.py --small: both cache sizes and both attention paths measured."""
     r = _run("--small", "--new", "8", "--out", str(tmp_path), script="decode_profile_gpu.py")
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     rows = json.loads((tmp_path / "decode_profile_cpu.json").read_text())["rows"]
-    assert [r["num_pages"] for r in rows] == [512, 8192]
+    assert [(r["attention"], r["num_pages"]) for r in rows] == [("pallas", 512), ("pallas", 8192), ("xla", 8192)]
     assert rows[1]["kv_cache_bytes"] == 16 * rows[0]["kv_cache_bytes"] and all(r["tpot_ms"] > 0 for r in rows)
     assert (tmp_path / "decode_profile_cpu.md").read_text().startswith("# A decode tick on cpu")
