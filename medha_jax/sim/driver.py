@@ -16,7 +16,11 @@ the executor. It does what the engine loop does, with time taken from the device
       scheduler.on_batch_done(batch, end of tick, measured_time=tick)
       exit event queued at the end of the tick for the batch that left, if any sequence of it samples
       now = end of the tick (or, with nothing to run or in flight, the next arrival)
-  stop at `horizon` (no batch starts after it) or when everything has finished
+  stop at `horizon` (no batch starts after it) or when everything has finished; with `settle`,
+  go on past the horizon (admitting nothing new) until every request that arrived by then has its
+  first token or has passed its deadline, so that every policy is judged on the same requests
+  (without it, a request still waiting at the horizon with its deadline ahead is undecided and
+  left out of the miss rate: one policy's denominator could lack a request another's has)
   -> SimResult; per-request decode timing (TokenStats) is read off each request's token_times;
      prefix-cache hits from the KV manager's counters (the device is only charged for the
      tokens the scheduler schedules, so a cached prefix costs nothing but its attention reads)
@@ -76,6 +80,9 @@ class SimResult:
     """Cached tokens evicted to make room (the pool is finite: the device's KV memory)."""
     not_arrived: int = 0
     """Follow-up turns that never arrived: an earlier turn had not finished by the horizon."""
+    decided_at: float | None = None
+    """With `settle`: when the last deadline of a request that arrived by the horizon was decided
+    (deadlines of requests without a first token are judged at this time instead of the horizon)."""
 
 
 def make_request(i: int, spec: RequestSpec, arrival: float) -> Request:
@@ -86,8 +93,9 @@ def make_request(i: int, spec: RequestSpec, arrival: float) -> Request:
 
 
 def simulate(scheduler: Scheduler, specs: list[RequestSpec], device, *, horizon: float | None = None,
-             max_iterations: int = 50_000_000, observer=None) -> SimResult:
-    """Replay `specs` through `scheduler` on `device` until `horizon` (None: until all finish).
+             max_iterations: int = 50_000_000, observer=None, settle: bool = False) -> SimResult:
+    """Replay `specs` through `scheduler` on `device` until `horizon` (None: until all finish);
+    with `settle`, past it until every admitted request's deadline is decided (module docstring).
 
     `observer(start, tick_end, batch)`, when given, sees every batch as it enters stage 0.
     Request "r{i}" is the result's specs[i]: `specs` sorted by arrival, or, when some follow
@@ -118,8 +126,14 @@ def simulate(scheduler: Scheduler, specs: list[RequestSpec], device, *, horizon:
     add = scheduler.add_request
     update = scheduler.update_from_output
 
+    pending: list[Request] | None = None  # settling: admitted requests whose deadline is undecided
+
+    def undecided() -> list[Request]:
+        return [r for r in pending if r.first_token_time is None and not r.is_finished
+                and r.ttft_deadline is not None and r.arrival_time + r.ttft_deadline > now]
+
     def arrive():
-        while arrivals and arrivals[0][0] <= now:
+        while arrivals and arrivals[0][0] <= (min(now, end) if settle else now):
             t, j = heapq.heappop(arrivals)
             req = released[j] = make_request(j, specs[j], t)
             index_of[req.request_id] = j
@@ -137,13 +151,22 @@ def simulate(scheduler: Scheduler, specs: list[RequestSpec], device, *, horizon:
         if followed:
             arrive()
         if now >= end:
-            break
+            if not settle:
+                break
+            if pending is None:
+                pending = list(released.values())
+            pending = undecided()
+            if not pending:
+                break
         if not scheduler.has_unfinished and not arrivals and not exits:
             break
         batch = scheduler.schedule(now)
         if batch.is_empty:
             if not in_pipe:
                 nxt = min(arrivals[0][0] if arrivals else end, exits[0][0] if exits else end)
+                if pending:  # settling: nothing runs, so the next thing to happen is a deadline passing
+                    nxt = min(exits[0][0] if exits else float("inf"),
+                              min(r.arrival_time + r.ttft_deadline for r in pending) + 1e-9)
                 if nxt == float("inf"):
                     raise RuntimeError(f"simulation stalled at t={now:.3f}: {scheduler.num_waiting} waiting, "
                                        f"{scheduler.num_running} running, nothing schedulable and nothing arriving")
@@ -180,7 +203,8 @@ def simulate(scheduler: Scheduler, specs: list[RequestSpec], device, *, horizon:
     return SimResult(reqs, specs, end if horizon is not None else now, now, n_iter, busy,
                      time.perf_counter() - t_wall, token_stats(reqs), scheduler.num_preemptions, tokens,
                      prefix.hit_tokens if prefix is not None else 0, prefix.queried_tokens if prefix is not None else 0,
-                     prefix.evicted_pages * prefix.page_size if prefix is not None else 0, len(specs) - len(reqs))
+                     prefix.evicted_pages * prefix.page_size if prefix is not None else 0, len(specs) - len(reqs),
+                     now if settle and horizon is not None else None)
 
 
 def token_stats(reqs: list[Request]) -> dict[str, TokenStats]:

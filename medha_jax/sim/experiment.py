@@ -68,14 +68,16 @@ class Experiment:
         return offered_load(specs, self.work, horizon)
 
     def run(self, policy: str, specs: list[RequestSpec], *, horizon: float | None = None, observer=None,
-            prefix_caching: bool | None = None) -> PolicyRun:
-        """One policy over `specs`; prefix_caching None: the experiment's setting."""
+            prefix_caching: bool | None = None, settle: bool = False) -> PolicyRun:
+        """One policy over `specs`; prefix_caching None: the experiment's setting; settle: run past
+        the horizon until every admitted request's deadline is decided (`simulate`)."""
         pol = get_policy(policy)
         specs = self.assign_deadlines(specs)
         caching = self.prefix_caching if prefix_caching is None else prefix_caching
         self.predictor.reset_correction()  # shared by the runs: each starts where a fresh engine would
         sched = pol.build(self.profile.kv_manager(prefix_caching=caching), self.predictor, **self.config)
-        result = simulate(sched, specs, self.profile.device_for(pol.device_kind), horizon=horizon, observer=observer)
+        result = simulate(sched, specs, self.profile.device_for(pol.device_kind), horizon=horizon, observer=observer,
+                          settle=settle)
         outcomes = request_outcomes(result, self.work)
         summary = summarize(outcomes, result.horizon, tpot_target=self.t_target)
         summary["device"] = device_summary(result, caching)

@@ -11,7 +11,9 @@
 
 Deadline bookkeeping at the horizon: a request that got its first token is judged by its TTFT; one
 without a first token has missed if its deadline has already passed at the horizon, and is left
-undecided otherwise (it arrived too late to tell). TTFT percentiles are over requests that got a
+undecided otherwise (it arrived too late to tell). A settled run (`simulate(settle=True)`) went on
+past the horizon until no request that arrived by then is undecided, and judges at that time
+instead; completions (and throughput) still count what finished by the horizon. TTFT percentiles are over requests that got a
 first token; `no_first_token` counts the others, so a policy that starves requests cannot look
 good by leaving them out. Pure Python + numpy.
 """
@@ -54,6 +56,7 @@ class Outcome:
 def request_outcomes(result: SimResult, work_of, long_prompt: int = LONG_PROMPT) -> list[Outcome]:
     out = []
     h = result.horizon
+    judged_at = h if result.decided_at is None else result.decided_at
     for req in result.requests:
         spec = result.specs[int(req.request_id[1:])]
         ttft = None if req.first_token_time is None else req.first_token_time - req.arrival_time
@@ -66,10 +69,11 @@ def request_outcomes(result: SimResult, work_of, long_prompt: int = LONG_PROMPT)
         elif ttft is not None:
             missed = ttft > d
         else:
-            missed = True if h - req.arrival_time > d else None
+            missed = True if req.arrival_time <= h and judged_at - req.arrival_time > d else None
         out.append(Outcome(req.request_id, req.arrival_time, req.prompt_len, req.sampling_params.max_tokens,
                            req.prompt_len >= long_prompt, d, work_of(req.prompt_len), ttft, tpot,
-                           st.max_gap if st is not None and n > 1 else None, req.is_finished, missed,
+                           st.max_gap if st is not None and n > 1 else None,
+                           req.is_finished and (result.decided_at is None or req.finish_time <= h), missed,
                            spec.follows is not None, req.num_cached_tokens if req.first_scheduled_time is not None else 0))
     return out
 

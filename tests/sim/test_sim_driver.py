@@ -6,6 +6,7 @@ from medha_jax.kv_cache_manager import KVCacheManager
 from medha_jax.scheduler import SchedulerConfig, make_scheduler
 from medha_jax.sim.device_models import LinearDevice
 from medha_jax.sim.driver import simulate
+from medha_jax.sim.metrics import request_outcomes
 from medha_jax.sim.workload import RequestSpec
 
 
@@ -77,3 +78,24 @@ def test_deterministic():
     b = simulate(fcfs(), specs, PipeDevice(2, 0.01))
     assert [r.first_token_time for r in a.requests] == [r.first_token_time for r in b.requests]
     assert [r.finish_time for r in a.requests] == [r.finish_time for r in b.requests]
+
+
+def _settled(deadline_b):
+    # A: 1000 tokens (10 s of prefill, fcfs: B waits behind it); B arrives at 5 s; horizon 8 s
+    specs = [RequestSpec(0.0, 1000, 3, ttft_deadline=100.0), RequestSpec(5.0, 10, 1, ttft_deadline=deadline_b)]
+    return [request_outcomes(simulate(fcfs(), specs, LinearDevice(0.01), horizon=8.0, settle=settle), lambda n: 1.0)
+            for settle in (False, True)]
+
+
+def test_settling_decides_a_request_still_waiting_at_the_horizon():
+    plain, settled = _settled(deadline_b=20.0)
+    assert [o.missed for o in plain] == [None, None]  # neither has a first token, both deadlines ahead
+    assert [o.missed for o in settled] == [False, False]  # run on: both get their first token in time
+    assert settled[1].ttft == pytest.approx(10.1 - 5.0, abs=0.05)
+    assert not any(o.finished for o in settled)  # A finishes after the horizon: not a completion
+
+
+def test_settling_judges_a_late_first_token_as_a_miss():
+    plain, settled = _settled(deadline_b=3.5)  # B is due at 8.5 s, while A's prefill still runs
+    assert plain[1].missed is None  # at the horizon (8 s) its deadline is still ahead
+    assert settled[1].missed is True and settled[1].ttft > 3.5 and settled[0].missed is False
