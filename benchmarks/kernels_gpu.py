@@ -20,6 +20,8 @@ Data flow:
                 `decode_attention.gqa` (contiguous KV) and `paged_attention` (paged), GB/s and %
                 of copy bandwidth;
        hybrid   a chunk plus a decode batch: fused POD kernel vs serial prefill + decode kernels
+                (`ours_serial`: the two kernels over the whole batch, split by the traced metadata,
+                what `paged_attention(backend="pallas")` runs; `serial_ours`: split statically)
                 (and cuDNN + in-tree paged decode), speed-up of fusion;
      time per call = wall time of a jitted `fori_loop` of n calls on rotating query buffers
      (launch overhead amortised; the full output is the loop carry, so nothing is hoisted or
@@ -55,6 +57,7 @@ from pallas_kernels.merge import merge_attention  # noqa: E402
 from pallas_kernels.pod import pod_attention  # noqa: E402
 from pallas_kernels.prefill import prefill_attention  # noqa: E402
 from pallas_kernels.reference import paged_attention_reference, paged_attention_xla  # noqa: E402
+from pallas_kernels.serial import serial_attention  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TOL = {"float32": 1e-4, "bfloat16": 2e-2}  # absolute, plus RTOL * |reference| on out
@@ -172,7 +175,7 @@ def max_errors(got, want, rtol):
     return float(diff.max()), float((diff - rtol * np.abs(ref_out)).max()), lse_err, same_inf
 
 
-KERNELS = {"prefill": prefill_attention, "decode": decode_attention, "pod": pod_attention}
+KERNELS = {"prefill": prefill_attention, "decode": decode_attention, "pod": pod_attention, "serial": serial_attention}
 
 
 def run_checks(key, *, interpret, small, log):
@@ -310,18 +313,20 @@ def run_case(kind, params, key, cfg, reps, log, *, interpret=False, dims=None):
         C, L = params
         b = make_batch(key, [(C, L)], **dims)
         impls = {"ours_prefill": ours(prefill_attention, b, cfg, ip), "ours_pod": ours(pod_attention, b, cfg, ip),
-                 "cudnn": cudnn_prefill(b, C, L)}
+                 "ours_serial": ours(serial_attention, b, cfg, ip), "cudnn": cudnn_prefill(b, C, L)}
         rec["flops"] = prefill_flops(b)
     elif kind == "decode":
         B, L = params
         b = make_batch(key, [(1, L - 1)] * B, **dims)
         impls = {"ours_decode": ours(decode_attention, b, cfg, ip), "ours_pod": ours(pod_attention, b, cfg, ip),
-                 "intree_gqa": intree_gqa_decode(b, L, ip), "intree_paged": intree_paged_decode(b, L, ip)}
+                 "ours_serial": ours(serial_attention, b, cfg, ip), "intree_gqa": intree_gqa_decode(b, L, ip),
+                 "intree_paged": intree_paged_decode(b, L, ip)}
         rec["bytes"] = kv_bytes(b)
     else:
         C, Lp, B, Ld = params
         b = make_batch(key, [(C, Lp)] + [(1, Ld - 1)] * B, **dims)
-        impls = {"ours_pod": ours(pod_attention, b, cfg, ip), "serial_ours": serial(b, C, cfg, ip),
+        impls = {"ours_pod": ours(pod_attention, b, cfg, ip), "ours_serial": ours(serial_attention, b, cfg, ip),
+                 "serial_ours": serial(b, C, cfg, ip),
                  "serial_cudnn_intree": serial_peers(b, C, Lp, Ld, ip)}
         rec["flops"], rec["bytes"] = prefill_flops(b), kv_bytes(b)
     qs = rotations(jax.random.fold_in(key, 7), b.args[0])

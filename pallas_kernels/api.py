@@ -6,11 +6,14 @@ q_offsets i32[S], kv_lens i32[S], *, scale, k_scales=None, v_scales=None) -> (ou
 lse f32[T, H])`; fp8 pages come with their scales f32[N, KVH] (`kv_quant`).
 
 - `paged_attention(..., backend="xla")`: `reference.paged_attention_xla` (any platform).
-- `paged_attention(..., backend="pallas")`: the fused POD kernel over the whole hybrid batch
-  (`pod.pod_attention`); interpret mode automatically when the default backend is not a GPU.
-- `prefill_attention` / `decode_attention` / `pod_attention`: the three kernels.
+- `paged_attention(..., backend="pallas")`: the prefill kernel on the chunks and the decode kernel
+  on the decodes (`serial.serial_attention`), or with `KernelConfig(fuse_hybrid=True)` the fused
+  POD kernel over the whole hybrid batch (`pod.pod_attention`); interpret mode automatically when
+  the default backend is not a GPU.
+- `prefill_attention` / `decode_attention` / `pod_attention`: the three kernels;
+  `serial_attention`: the first two in turn over a hybrid batch.
 - `pod_plan(...)`: the fused kernel's work lists from the metadata alone; build it once per step
-  and pass `plan=` to every layer's `paged_attention(..., backend="pallas")`.
+  and pass `plan=` to every layer's `paged_attention(..., backend="pallas")` when it fuses.
 
 All are traceable with the metadata as traced arrays: work lists are built with jnp inside the
 trace and sized from static shapes only, so a jitted step compiles once per shape bucket.
@@ -24,6 +27,7 @@ from pallas_kernels.merge import merge_attention
 from pallas_kernels.pod import PodPlan, pod_attention, pod_plan
 from pallas_kernels.prefill import prefill_attention
 from pallas_kernels.reference import paged_attention_reference, paged_attention_xla
+from pallas_kernels.serial import serial_attention
 
 BACKENDS = ("xla", "pallas")
 
@@ -41,6 +45,7 @@ __all__ = [
     "pod_attention",
     "pod_plan",
     "prefill_attention",
+    "serial_attention",
 ]
 
 
@@ -51,7 +56,7 @@ def paged_attention(q, k_pages, v_pages, page_table, cu_q_lens, q_offsets, kv_le
     """Paged attention over a hybrid batch (prefill chunks first, then 1-token decodes).
 
     config: Pallas tuning (default `device_config()`); plan: a `pod_plan` built from the same
-    metadata and config (pallas backend only; the xla backend ignores both); k_scales/v_scales:
+    metadata and config (pallas backend with `fuse_hybrid` only; otherwise ignored); k_scales/v_scales:
     f32[N, KVH] for fp8 pages (`kv_quant`), else None.
     """
     args = (q, k_pages, v_pages, page_table, cu_q_lens, q_offsets, kv_lens)
@@ -60,5 +65,7 @@ def paged_attention(q, k_pages, v_pages, page_table, cu_q_lens, q_offsets, kv_le
         return paged_attention_xla(*args, scale=scale, **scales)
     if backend == "pallas":
         cfg = device_config() if config is None else config
-        return pod_attention(*args, scale=scale, config=cfg, interpret=interpret, plan=plan, **scales)
+        if cfg.fuse_hybrid:
+            return pod_attention(*args, scale=scale, config=cfg, interpret=interpret, plan=plan, **scales)
+        return serial_attention(*args, scale=scale, config=cfg, interpret=interpret, **scales)
     raise ValueError(f"backend={backend!r}; expected one of {BACKENDS}")

@@ -48,6 +48,10 @@ class KernelConfig:
     """Most KV splits of one decode (also the grid depth of the stand-alone decode kernel)."""
     min_split_blocks: int = 1
     """Fewest KV blocks a split may hold."""
+    fuse_hybrid: bool = False
+    """`paged_attention(backend="pallas")` on a hybrid batch: the fused POD kernel (True) or the
+    prefill and decode kernels in turn (False, `serial.py`): on an H200 the fused kernel was the
+    slower at every measured shape (benchmarks/results/h200/run2_kernels)."""
 
     def __post_init__(self):
         for name in ("prefill_rows", "block_kv"):

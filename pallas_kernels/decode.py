@@ -84,6 +84,17 @@ def decode_attention(q, k_pages, v_pages, page_table, cu_q_lens, q_offsets, kv_l
                      config: KernelConfig = DEFAULT_CONFIG, interpret: bool | None = None,
                      splits: int | None = None, k_scales=None, v_scales=None):
     """Contract signature for decode batches (one query token per sequence)."""
+    part = decode_part(q, k_pages, v_pages, page_table, cu_q_lens, q_offsets, kv_lens, scale=scale,
+                       config=config, interpret=interpret, splits=splits, k_scales=k_scales, v_scales=v_scales)
+    return combine.assemble([part], q.dtype)
+
+
+def decode_part(q, k_pages, v_pages, page_table, cu_q_lens, q_offsets, kv_lens, *, scale,
+                config: KernelConfig, interpret: bool | None, splits: int | None = None,
+                k_scales=None, v_scales=None, decodes_only: bool = False):
+    """The kernel on each sequence's first query token -> (out f32[T, H, Dh], lse f32[T, H],
+    owned bool[T]), for `combine.assemble`. decodes_only: sequences with more than one query token
+    are left out (no keys walked, nothing owned): a hybrid batch's prefills go to another kernel."""
     kv = metadata.check_shapes(q, k_pages, v_pages, k_scales, v_scales)
     T, H, Dh = q.shape
     N, page_size, KVH, _ = k_pages.shape
@@ -94,13 +105,16 @@ def decode_attention(q, k_pages, v_pages, page_table, cu_q_lens, q_offsets, kv_l
     splits = min(config.max_decode_splits if splits is None else splits, max_blocks)
     kv_lens = metadata.clamp_kv_lens(kv_lens, max_pages=page_table.shape[1], page_size=page_size)
     cu_q_lens = cu_q_lens.astype(jnp.int32)
+    is_decode = (cu_q_lens[1:] - cu_q_lens[:-1]) == 1  # is_decode: bool[S]
+    if decodes_only:
+        kv_lens = jnp.where(is_decode, kv_lens, 0)  # a prefill's program walks no keys
     o_part, lse_part = decode_call(
         cu_q_lens, q_offsets.astype(jnp.int32), kv_lens, table, q, kv, tiles=tiles,
         scale=scale, splits=splits, config=config, interpret=resolve_interpret(interpret))
     o_seq, lse_seq = merge_attention(jnp.moveaxis(o_part, 2, 0), jnp.moveaxis(lse_part, 2, 0))
     S = q_offsets.shape[0]
     tseq, loc, valid = metadata.token_sequences(cu_q_lens, T)
-    owned = valid & (loc == 0)
+    owned = valid & (loc == 0) & (is_decode[tseq] if decodes_only else True)
     out, lse = combine.gather_tokens(o_seq.reshape(S * KVH, tiles.MD, Dh), lse_seq.reshape(S * KVH, tiles.MD),
                                      tseq, jnp.zeros_like(tseq), kv_heads=KVH, groups=G)
-    return combine.assemble([(out, lse, owned)], q.dtype)
+    return out, lse, owned

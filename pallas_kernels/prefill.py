@@ -65,6 +65,16 @@ def prefill_attention(q, k_pages, v_pages, page_table, cu_q_lens, q_offsets, kv_
                       config: KernelConfig = DEFAULT_CONFIG, interpret: bool | None = None,
                       k_scales=None, v_scales=None):
     """Contract signature; every sequence (decodes too, as 1-token tiles) runs as prefill tiles."""
+    part = prefill_part(q, k_pages, v_pages, page_table, cu_q_lens, q_offsets, kv_lens, scale=scale,
+                        config=config, interpret=interpret, k_scales=k_scales, v_scales=v_scales, min_len=1)
+    return combine.assemble([part], q.dtype)
+
+
+def prefill_part(q, k_pages, v_pages, page_table, cu_q_lens, q_offsets, kv_lens, *, scale,
+                 config: KernelConfig, interpret: bool | None, k_scales=None, v_scales=None,
+                 min_len: int = 1):
+    """The kernel over the sequences with >= min_len query tokens -> (out f32[T, H, Dh],
+    lse f32[T, H], owned bool[T]: the tokens it computed), for `combine.assemble`."""
     kv = metadata.check_shapes(q, k_pages, v_pages, k_scales, v_scales)
     T, H, Dh = q.shape
     N, page_size, KVH, _ = k_pages.shape
@@ -73,9 +83,9 @@ def prefill_attention(q, k_pages, v_pages, page_table, cu_q_lens, q_offsets, kv_
     kv_lens = metadata.clamp_kv_lens(kv_lens, max_pages=page_table.shape[1], page_size=page_size)
     cu_q_lens, q_offsets = cu_q_lens.astype(jnp.int32), q_offsets.astype(jnp.int32)
     work = worklist.prefill_work(cu_q_lens, q_offsets, kv_lens, num_tokens=T, kv_heads=KVH,
-                                 tiles=tiles, config=config, min_len=1)
+                                 tiles=tiles, config=config, min_len=min_len)
     o_rows, lse_rows = prefill_call(
         worklist.order_rows(work), table, q, kv, num_slots=work.rows.shape[0],
         tiles=tiles, scale=scale, config=config, interpret=resolve_interpret(interpret))
-    return combine.assemble([combine.finish(work, o_rows, lse_rows, kv_heads=KVH, groups=tiles.G)], q.dtype)
+    return combine.finish(work, o_rows, lse_rows, kv_heads=KVH, groups=tiles.G)
 
