@@ -195,12 +195,14 @@ def bench_llama8b(budget_end, log, small=False):
             tc = time.perf_counter()
             n_new = ex.precompile(single_request_buckets(ex, L, 8, chunk))
             compile_s = time.perf_counter() - tc
+            known = set(ex._compiled)
             with Phase() as ph:
                 out = llm.generate([prompt_ids(L, V, i)], greedy(8))[0]
             m = out.metrics
             row = dict(phase="ttft", prompt_tokens=L, ttft_s=m.ttft, tpot_s=m.tpot,
                        prefill_tokens_per_s=L / m.ttft, compiled_before=n_new, compile_s=compile_s,
-                       compiles_in_phase=ph.compiles, new_tokens=len(out.token_ids))
+                       compiles_in_phase=ph.compiles, new_tokens=len(out.token_ids),
+                       buckets_missed=[str(b) for b in set(ex._compiled) - known])  # what the precompile list lacked
             report["phases"].append(row)
             log(f"ttft {L:7d} tokens: {m.ttft:.3f} s ({L / m.ttft:,.0f} tok/s), tpot {1e3 * m.tpot:.1f} ms; "
                 f"{n_new} buckets compiled first in {compile_s:.1f} s, {ph.compiles} compiles while timed")
