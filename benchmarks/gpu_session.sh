@@ -10,6 +10,8 @@
 # With 15 minutes of device time, one call of ~340 s on an H200 (2026-11-27) ran env..llama8b with
 #   ENV_S=40 KERNELS_S=170 KERNEL_TESTS_S=100 HF_S=90 LLAMA8B_S=185
 # and later calls on the still-warm machine (30 s) ran the rest (KERNELS_S=330 for every case).
+# Next lease, after the serial default (2026-11-27), one call of ~560 s:
+#   ENV_S=30 KERNELS_S=200 PROFILE_S=150 LLAMA8B_S=180 bash benchmarks/gpu_session.sh env kernels profile llama8b
 # Stage limits (seconds) can be changed with e.g. KERNELS_S=300. A stage that fails or times out
 # is logged and the next one still runs; the exit code is the number of failed stages.
 set -uo pipefail
