@@ -8,7 +8,7 @@ Why: on the first H200 run (benchmarks/results/h200/) a Llama-3-8B-shaped model 
 sequence at 8K tokens of context in 19.8 ms a token, ~4x the time to read its 16 GB of weights
 once. If the step touched the whole KV cache (30 GB there), the time would follow the cache's
 size, not the batch; if the attention kernels are the cost (that run used the fused POD kernel
-on every batch, decode-only ones too, which took 2-3x the decode kernel's time on decodes in
+on every batch, decode-only ones too, which took 1.8-3.1x the decode kernel's time on decodes in
 kernels_gpu.py; the engine now runs the prefill and decode kernels in turn), the XLA attention
 path would be faster. This measures the three side by side and names the kernels that take
 the time.
