@@ -13,9 +13,9 @@ Deadline bookkeeping at the horizon: a request that got its first token is judge
 without a first token has missed if its deadline has already passed at the horizon, and is left
 undecided otherwise (it arrived too late to tell). A settled run (`simulate(settle=True)`) went on
 past the horizon until no request that arrived by then is undecided, and judges at that time
-instead; completions (and throughput) still count what finished by the horizon. TTFT percentiles are over requests that got a
-first token; `no_first_token` counts the others, so a policy that starves requests cannot look
-good by leaving them out. Pure Python + numpy.
+instead; completions (and throughput) still count what finished by the horizon. TTFT
+percentiles are over requests that got a first token; `no_first_token` counts the others, so a
+policy that starves requests cannot look good by leaving them out. Pure Python + numpy.
 """
 
 from __future__ import annotations
