@@ -21,6 +21,7 @@ from jax.sharding import AbstractDevice, AbstractMesh, use_abstract_mesh
 
 from pallas_kernels.decode import decode_attention
 from pallas_kernels.pod import pod_attention
+from pallas_kernels.serial import serial_attention
 from pallas_kernels.prefill import prefill_attention
 
 H100 = AbstractDevice("NVIDIA H100 80GB HBM3", 132, "cuda")
@@ -103,6 +104,23 @@ def test_kernel_lowers_for_h100_on_fp8_pages(triton_modules, name):
     assert "f8E4M3FN" in module, "the kernel converts the fp8 bits itself"
     dots = [tuple(map(int, m)) for m in DOT.findall(module)]
     assert len(dots) >= 4 and all(min(m, k, n) >= 16 for m, k, _, n in dots)
+
+
+@pytest.mark.parametrize("fp8", [False, True])
+def test_serial_hybrid_lowers_to_the_two_kernels(triton_modules, fp8):
+    """`serial_attention` (what `paged_attention(backend="pallas")` runs): the prefill kernel and
+    the decode kernel, one Triton module each, on bf16 and on fp8 pages."""
+    shape = REALISTIC[0]
+    q, k, v, *meta = contract_shapes(**shape)
+    if fp8:
+        f8 = jax.ShapeDtypeStruct(k.shape, jnp.uint8)
+        scales = jax.ShapeDtypeStruct((shape["pages"], shape["KVH"]), jnp.float32)
+        text = lower_for_h100(lambda q, k, v, *rest: serial_attention(
+            q, k, v, *rest[:4], k_scales=rest[4], v_scales=rest[5], scale=0.088, interpret=False),
+            q, f8, f8, *meta, scales, scales)
+    else:
+        text = lower_for_h100(lambda *a: serial_attention(*a, scale=0.088, interpret=False), q, k, v, *meta)
+    assert text.count("__gpu$xla.gpu.triton") == 2 and len(triton_modules) == 2
 
 
 def test_f32_dots_are_exact_not_tf32(triton_modules):
