@@ -105,7 +105,7 @@ def decode_part(q, k_pages, v_pages, page_table, cu_q_lens, q_offsets, kv_lens, 
     splits = min(config.max_decode_splits if splits is None else splits, max_blocks)
     kv_lens = metadata.clamp_kv_lens(kv_lens, max_pages=page_table.shape[1], page_size=page_size)
     cu_q_lens = cu_q_lens.astype(jnp.int32)
-    is_decode = (cu_q_lens[1:] - cu_q_lens[:-1]) == 1  # is_decode: bool[S]
+    is_decode = metadata.seq_lengths(cu_q_lens) == 1  # is_decode: bool[S]
     if decodes_only:
         kv_lens = jnp.where(is_decode, kv_lens, 0)  # a prefill's program walks no keys
     o_part, lse_part = decode_call(

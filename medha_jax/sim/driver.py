@@ -128,8 +128,8 @@ def simulate(scheduler: Scheduler, specs: list[RequestSpec], device, *, horizon:
 
     pending: list[Request] | None = None  # settling: admitted requests whose deadline is undecided
 
-    def undecided() -> list[Request]:
-        return [r for r in pending if r.first_token_time is None and not r.is_finished
+    def undecided(reqs) -> list[Request]:
+        return [r for r in reqs if r.first_token_time is None and not r.is_finished
                 and r.ttft_deadline is not None and r.arrival_time + r.ttft_deadline > now]
 
     def arrive():
@@ -153,9 +153,7 @@ def simulate(scheduler: Scheduler, specs: list[RequestSpec], device, *, horizon:
         if now >= end:
             if not settle:
                 break
-            if pending is None:
-                pending = list(released.values())
-            pending = undecided()
+            pending = undecided(released.values() if pending is None else pending)
             if not pending:
                 break
         if not scheduler.has_unfinished and not arrivals and not exits:
