@@ -44,7 +44,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from medha_jax import LLM, SamplingParams  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from dummy_models import LLAMA3_8B, TINY, write_model_dir  # noqa: E402
+from dummy_models import LLAMA3_8B, TINY, batch_prompts, write_model_dir  # noqa: E402
+from results_io import device_slug  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TOP = 20
@@ -87,13 +88,12 @@ def measure(model_dir: Path, backend: str, kv: dict, prompt: int, new: int, log)
               max_num_batched_tokens=2048, max_num_seqs=8, warmup=False, **kv)
     ex = llm.engine.executor
     greedy = SamplingParams(max_tokens=new, temperature=0.0, ignore_eos=True)
-    V = llm.engine.model_config.vocab_size
-    ids = lambda salt: [(salt * 7919 + i * 104729) % (V - 512) + 256 for i in range(prompt)]  # noqa: E731
-    llm.generate([ids(1)], greedy)  # compiles every bucket the timed run uses
+    ids = lambda pass_no: batch_prompts(1, prompt, llm.engine.model_config.vocab_size, pass_no)  # noqa: E731
+    llm.generate(ids(0), greedy)  # compiles every bucket the timed run uses
     trace_dir = tempfile.mkdtemp()
     with jax.profiler.trace(trace_dir):
         t0 = time.perf_counter()
-        out = llm.generate([ids(2)], greedy)[0]
+        out = llm.generate(ids(1), greedy)[0]
         wall = time.perf_counter() - t0
     decode_bucket = ex.ladders.pick(1, 1, -(-(prompt + new) // ex.page_size))
     exe = ex.compile_bucket(decode_bucket)
@@ -120,7 +120,7 @@ def measure(model_dir: Path, backend: str, kv: dict, prompt: int, new: int, log)
 
 def write_report(report, out_dir: Path):
     out_dir.mkdir(parents=True, exist_ok=True)
-    slug = re.sub(r"[^A-Za-z0-9]+", "_", report["device"]).strip("_").lower()
+    slug = device_slug(report["device"])
     jpath, mpath = out_dir / f"decode_profile_{slug}.json", out_dir / f"decode_profile_{slug}.md"
     jpath.write_text(json.dumps(report, indent=1, default=str))
     lines = [f"# A decode tick on {report['device']}", "",

@@ -31,7 +31,6 @@ import argparse
 import json
 import math
 import os
-import re
 import shutil
 import statistics
 import sys
@@ -50,6 +49,7 @@ from medha_jax.executor.executor import compile_events  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dummy_models import LLAMA3_8B, TINY, write_model_dir  # noqa: E402
+from results_io import device_slug  # noqa: E402
 from scheduler_overhead import percentile  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -214,7 +214,7 @@ def bench_llama8b(budget_end, log, small=False):
 # ----------------------------------------------------------------------------- report
 def write_report(report, out_dir: Path):
     out_dir.mkdir(parents=True, exist_ok=True)
-    slug = re.sub(r"[^A-Za-z0-9]+", "_", report["device"]).strip("_").lower()
+    slug = device_slug(report["device"])
     stem = "engine" + ("_hf" if report.get("hf") else "") + ("_llama8b" if report.get("llama8b") else "")
     jpath, mpath = out_dir / f"{stem}_{slug}.json", out_dir / f"{stem}_{slug}.md"
     jpath.write_text(json.dumps(report, indent=1, default=str))

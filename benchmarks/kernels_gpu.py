@@ -36,9 +36,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import itertools
 import json
 import math
-import re
 import statistics
 import sys
 import time
@@ -58,6 +58,9 @@ from pallas_kernels.pod import pod_attention  # noqa: E402
 from pallas_kernels.prefill import prefill_attention  # noqa: E402
 from pallas_kernels.reference import paged_attention_reference, paged_attention_xla  # noqa: E402
 from pallas_kernels.serial import serial_attention  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results_io import device_slug  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TOL = {"float32": 1e-4, "bfloat16": 2e-2}  # absolute, plus RTOL * |reference| on out
@@ -302,7 +305,7 @@ def timing_cases(quick, small=False):
         pre, dec, hyb = [(16, 64)], [(4, 256)], [(16, 64, 4, 256)]
     # round-robin over the kinds, so a time budget that cuts the list leaves some of each
     lists = [[("prefill", p) for p in pre], [("decode", d) for d in dec], [("hybrid", h) for h in hyb]]
-    return [c for i in range(max(map(len, lists))) for lst in lists if i < len(lst) for c in [lst[i]]]
+    return [c for row in itertools.zip_longest(*lists) for c in row if c is not None]
 
 
 def run_case(kind, params, key, cfg, reps, log, *, interpret=False, dims=None):
@@ -381,7 +384,7 @@ def _derive(rec):
 # ----------------------------------------------------------------------------- report
 def write_report(report, out_dir):
     out_dir.mkdir(parents=True, exist_ok=True)
-    slug = re.sub(r"[^A-Za-z0-9]+", "_", report["device"]).strip("_").lower()
+    slug = device_slug(report["device"])
     jpath, mpath = out_dir / f"kernels_{slug}.json", out_dir / f"kernels_{slug}.md"
     jpath.write_text(json.dumps(report, indent=1, default=str))
     copy, mm = report.get("copy_gbps"), report.get("matmul_tflops")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -32,6 +33,11 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or "unknown"
+
+
+def device_slug(name: str) -> str:
+    """A device name as a file-name part: "NVIDIA H200" -> "nvidia_h200"."""
+    return re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_").lower()
 
 
 def commit() -> str:
