@@ -1,22 +1,27 @@
-"""medha-jax against Hugging Face transformers on the same CPU job, same run, interleaved.
+"""medha-jax against Hugging Face transformers on the same job and device, same run, interleaved.
 
     python benchmarks/vs_hf.py --hf-python /work/hf311/bin/python     # results/vs_hf_cpu.{json,md}
     python benchmarks/vs_hf.py --hf-python ... --small                 # seconds: a code-path check
+    python benchmarks/vs_hf.py --hf-python python3 --hf-path T --device gpu --dtype bfloat16
+                                                                       # results/vs_hf_<gpu>.{json,md}
 
-Needs a second Python with torch and transformers (`python3.11 -m venv V && V/bin/pip install
-torch==2.13.0 transformers`); it runs benchmarks/hf_worker.py.
+Needs a Python with torch and transformers (`python3.11 -m venv V && V/bin/pip install
+torch==2.13.0 transformers`; on the GPU machines, whose image has torch but not transformers,
+`benchmarks/gpu_session.sh vs-hf` installs the wheels `benchmarks/hf_wheels.sh` fetched into T);
+it runs benchmarks/hf_worker.py.
 
 Data flow: the HF worker makes a random Llama with transformers (LLAMA_31M: 8 layers, hidden 512,
 GQA 8:2, vocab 8192, float32; max_position_embeddings 32768) and saves it as safetensors -> both
 systems load that directory (medha-jax: `LLM(model=dir, dtype="float32")`, every other setting
-its default, num_pages raised only so one 16K-token prompt fits) -> one untimed pass of every
+its default, num_pages raised only so one 16K-token prompt fits; `--dtype` for both, on the
+`--device` for both: HF's model moved to "cuda", JAX's default backend) -> one untimed pass of every
 job on each (compiles; medha-jax then waits for its background compiler) -> `repeats` rounds, each
 running every job on both systems, the order reversed every other round; every pass has new prompts
 (the same for both systems), so medha-jax's prefix cache never skips a prefill HF has to do ->
   offline: 16 prompts x 512 tokens, 64 new, greedy (HF: one `generate` call on the batch)
   prefill: one prompt of 2K / 8K / 16K tokens, max_tokens=1 (HF: one forward, last logits only)
 -> medians, medha-jax / HF throughput ratios, greedy-token agreement, load averages ->
-results/vs_hf_cpu.{json,md}.
+results/vs_hf_{cpu,<gpu>}.{json,md}.
 """
 
 from __future__ import annotations
@@ -34,16 +39,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from dummy_models import LLAMA_31M, TINY, batch_prompts, write_model_dir  # noqa: E402
-from results_io import provenance, run_info, write_results  # noqa: E402
+from results_io import device_slug, provenance, run_info, write_results  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 HERE = Path(__file__).resolve().parent
 
 
 class HFWorker:
-    def __init__(self, python: str):
+    def __init__(self, python: str, path: str = ""):
         self.p = subprocess.Popen([python, str(HERE / "hf_worker.py")], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": ""})
+                                  stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": path})
 
     def call(self, **msg) -> dict:
         self.p.stdin.write(json.dumps(msg) + "\n")
@@ -71,6 +76,10 @@ def hf_config(cfg: dict) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--hf-python", required=True, help="a Python with torch and transformers")
+    ap.add_argument("--hf-path", default="", help="PYTHONPATH of the HF worker (where transformers was installed)")
+    ap.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
+                    help="gpu: HF on cuda, medha-jax on JAX's default backend (which must be a GPU)")
+    ap.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32", help="both systems' weights and KV")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--prefill-lens", default="2048,8192,16384")
     ap.add_argument("--small", action="store_true", help="tiny model and jobs: a code-path check")
@@ -84,16 +93,25 @@ def main(argv=None) -> int:
     log = lambda m: print(f"[vs_hf {time.strftime('%H:%M:%S')}] {m}", flush=True)  # noqa: E731
 
     model_dir = write_model_dir(args.workdir, "tiny-hf" if args.small else "llama-31m-hf", cfg)  # tokenizer
-    hf = HFWorker(args.hf_python)
+    import jax
+
+    device = jax.devices()[0]
+    if (device.platform == "gpu") != (args.device == "gpu"):
+        ap.error(f"--device {args.device}, but JAX's default device is {device.device_kind} ({device.platform})")
+    hf = HFWorker(args.hf_python, args.hf_path)
     info = hf.call(op="info")
+    if args.device == "gpu" and not info["cuda"]:
+        ap.error("--device gpu, but the HF worker's torch sees no CUDA device")
     hf.call(op="make", dir=str(model_dir), config=hf_config(cfg), seed=0)
-    attn = hf.call(op="load", dir=str(model_dir))["attn"]
-    log(f"HF: torch {info['torch']}, transformers {info['transformers']}, {info['threads']} threads, attention {attn}")
+    loaded = hf.call(op="load", dir=str(model_dir), device="cuda" if args.device == "gpu" else "cpu", dtype=args.dtype)
+    attn = loaded["attn"]
+    log(f"HF: torch {info['torch']}, transformers {info['transformers']}, {info['threads']} threads, attention {attn}, "
+        f"on {loaded['device']}; medha-jax on {device.device_kind}")
 
     from medha_jax import LLM, SamplingParams
 
     pages = (max(lens) + 64) // 16 + 64
-    settings = dict(dtype="float32", num_pages=max(1024, pages), profile_dir=str(args.workdir / "profiles"),
+    settings = dict(dtype=args.dtype, num_pages=max(1024, pages), profile_dir=str(args.workdir / "profiles"),
                     compilation_cache_dir=str(args.workdir / "xla"))
     t0 = time.perf_counter()
     llm = LLM(model=str(model_dir), **settings)
@@ -157,18 +175,21 @@ def main(argv=None) -> int:
             agreement = "same token" if a["medha"] == a["hf"] else "different token"
         rows.append(dict(job=name, medha_s=mm, hf_s=hm, medha_runs=times[name]["medha"], hf_runs=times[name]["hf"],
                          speedup=hm / mm, agreement=agreement))
-    report = dict(run_info("vs_hf.py", argv, load_before), hf=dict(info, attention=attn), medha_settings=settings, medha_start_s=start_s,
+    report = dict(run_info("vs_hf.py", argv, load_before), hf=dict(info, attention=attn, device=loaded["device"]),
+                  device=device.device_kind, medha_settings=settings, medha_start_s=start_s,
                   compiles_in_timed_rounds=llm.engine.executor.compiles_after_warmup - compiles_before,
                   model=cfg, repeats=args.repeats, rows=rows)
     hf.close()
-    name = args.name or ("vs_hf_cpu_small" if args.small else "vs_hf_cpu")
+    where = "cpu" if args.device == "cpu" else device_slug(device.device_kind)
+    name = args.name or f"vs_hf_{where}{'_small' if args.small else ''}"
     lines = [f"# medha-jax vs Hugging Face transformers ({time.strftime('%Y-%m-%d')})", "",
              f"{provenance(report)} torch {info['torch']} "
-             f"({info['threads']} threads, attention `{attn}`), transformers {info['transformers']}.", "",
+             f"({info['threads']} threads, attention `{attn}`, on {loaded['device']}), transformers "
+             f"{info['transformers']}; medha-jax on {device.device_kind}.", "",
              f"Model: random Llama made with transformers ({cfg['num_hidden_layers']} layers, hidden "
              f"{cfg['hidden_size']}, GQA {cfg['num_attention_heads']}:{cfg['num_key_value_heads']}, vocab "
-             f"{cfg['vocab_size']}, float32), the same safetensors for both. medha-jax: `LLM(model=dir, "
-             f"dtype=\"float32\", num_pages={settings['num_pages']})`, every other setting its default (scheduler, "
+             f"{cfg['vocab_size']}, {args.dtype}), the same safetensors for both. medha-jax: `LLM(model=dir, "
+             f"dtype=\"{args.dtype}\", num_pages={settings['num_pages']})`, every other setting its default (scheduler, "
              f"shape ladders, background compilation), started in {start_s:.1f} s. Offline: {prompts} prompts x "
              f"{prompt_len} tokens, {new_tokens} new, greedy (HF: one `generate` on the batch). Prefill N: one "
              f"prompt, max_tokens=1 (HF: one forward returning the last position's logits). Median of "
