@@ -8,7 +8,11 @@ Data flow (contract inputs as `reference.paged_attention_reference`):
   -> combine.assemble (the owners are disjoint) -> (out [T, H, Dh], lse f32[T, H]).
 
 Which tokens are chunks and which decodes is read from the traced metadata, so one compiled
-program serves every mix of a shape bucket, decode-only batches included. This is what
+program serves every mix of a shape bucket, decode-only batches included. The work lists are built
+inside every layer's call but depend only on the step's metadata, which the layer scan carries
+unchanged: XLA's while-loop invariant code motion moves them out of the scan (the CPU-compiled
+engine step with this backend has the work list's sort and searchsorted loops in its entry
+computation, before the layer loop; the GPU pipeline runs the same pass), so they run once a step. This is what
 `paged_attention(backend="pallas")` runs unless `KernelConfig.fuse_hybrid` asks for the fused POD
 kernel: on an H200 (benchmarks/results/h200/run2_kernels) the two kernels in turn took 0.67-0.82x
 the fused kernel's time on hybrid batches, and the decode kernel 0.31-0.56x of it on decodes.
