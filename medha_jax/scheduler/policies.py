@@ -531,21 +531,28 @@ class SLOPolicy(DeadlinePolicy):
         """(admitted, set aside) at the least stretch of the budget (`RESCUE_STEPS`, up to the
         allowed) at which fewer requests miss than at the budget, with exact estimates (nothing
         inflated: the stretch is for what can be saved, not for the margin), and `rescue` set to
-        it; None if no stretch saves one, unless one ran last iteration (`was`): then it goes on
-        at that stretch. Longer iterations prefill faster (each chunk pays the iteration's fixed
-        time and one walk of its keys per attention tile), and the decodes take the same time
-        of each (the prefill share grows)."""
+        it; None if no stretch saves one. A rescue that ran last iteration (`was`) goes on at its
+        stretch while that stretch still saves a request against the budget with REJOIN more
+        work (hysteresis: the rescued prompt is stretched until it fits with a margin), and no
+        longer: a request no stretch can save any more (an arrival took its time, or its deadline
+        passed while it prefills) does not keep the decodes slow (the simulator's seed-2 draw
+        held a 3x stretch for 316 s that way and saved nothing). Longer iterations prefill
+        faster (each chunk pays the iteration's fixed time and one walk of its keys per attention
+        tile), and the decodes take the same time of each (the prefill share grows)."""
         margin = self._margin
         lost = len(sacrifice(jobs, now, rate=rate, margin=margin)[1])
         pick = fallback = None
         for x, cache in self._ladder:
             fast = [(d, self._fast(r, left, cache), r, c) for d, left, r, c in jobs]
             fast_rate = 1.0 - (1.0 - rate) / x
-            if len(sacrifice(fast, now, rate=fast_rate, margin=margin * x)[1]) < lost:
+            lost_x = len(sacrifice(fast, now, rate=fast_rate, margin=margin * x)[1])
+            if lost_x < lost:
                 pick = x, fast, fast_rate
                 break
             if x == was:
-                fallback = x, fast, fast_rate
+                grown = [(d, left * (1.0 + self.REJOIN), r, c) for d, left, r, c in jobs]
+                if lost_x < len(sacrifice(grown, now, rate=rate, margin=margin, inflate=self.inflate)[1]):
+                    fallback = x, fast, fast_rate
         pick = pick or fallback
         if pick is None:
             return None
