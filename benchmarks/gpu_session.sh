@@ -52,7 +52,7 @@ for s in "${stages[@]}"; do
     llama8b) run llama8b "${LLAMA8B_S:-480}" $PY benchmarks/engine_gpu.py --llama8b --budget-s "$(( ${LLAMA8B_S:-480} - 90 ))" --out "$OUT" ;;
     profile) run profile "${PROFILE_S:-200}" $PY benchmarks/decode_profile_gpu.py --out "$OUT" ;;
     vs-hf) hf_site="$(mktemp -d)"  # transformers beside the image's torch, for the HF worker only
-      run vs-hf-install 120 bash -c "$PY -m pip install -q --no-index --no-deps --target '$hf_site' benchmarks/.hf_wheels/*.whl"
+      run vs-hf-install 120 bash -c "for w in benchmarks/.hf_wheels/*.whl; do $PY -m zipfile -e \"\$w\" '$hf_site'; done"  # a wheel is a zip
       run vs-hf "${VS_HF_S:-300}" env XLA_PYTHON_CLIENT_MEM_FRACTION=0.5 $PY benchmarks/vs_hf.py --hf-python "$PY" \
           --hf-path "$hf_site" --device gpu --dtype "${VS_HF_DTYPE:-bfloat16}" --out "$OUT" ;;
     *) echo "unknown stage $s (env kernels kernel-tests hf llama8b profile vs-hf)"; failed=$((failed + 1)) ;;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fetch transformers and the wheels it needs beside torch into benchmarks/.hf_wheels/ (git-ignored),
 # for a machine that has torch but no transformers and no network: the GPU machines' image.
-# `gpu_session.sh vs-hf` installs them (pip --no-index --no-deps --target) and runs vs_hf.py there.
+# `gpu_session.sh vs-hf` unpacks them into a folder on the HF worker's PYTHONPATH (a wheel is a zip:
+# no pip, no network) and runs vs_hf.py there.
 #
 #   bash benchmarks/hf_wheels.sh [PYTHON_VERSION]    # default 3.12, the GPU image's Python
 #
