@@ -13,6 +13,7 @@ stretched (iterations whose scan chose a stretch > 1, grouped into spells) -> on
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -80,7 +81,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--name", default="rescue_cells")
     args = ap.parse_args(argv)
-    load_before = __import__("os").getloadavg()
+    load_before = os.getloadavg()
     rows = []
     exps: dict[int, Experiment] = {}
     for cell in args.cells.split(","):
