@@ -12,7 +12,8 @@
       budget x policy.budget_scale(request) (slo: < 1 for work with ample slack during a slow spell;
           > 1 while its deadline rescue stretches the budget),
           at most what the prompts this batch completes allow (`policy.finish_budget`; slo: the
-          time left to the earliest of their deadlines at the device's current speed)
+          time left to the earliest of their deadlines at the device's current speed; in batch
+          mode only deadlines the requests gave count, derived ones do not)
       chunk = largest multiple of chunk_granularity (min_chunk..max_chunk, last chunk exact) whose
           predicted batch time fits the budget (binary search, accept within accept_within; where
           a chunk of a multiple of the predictor's chunk_period can cost less than a smaller one,
@@ -180,7 +181,9 @@ class TimeBudgetPacker:
             full = sched.all_full(batch)
             cost.add(n, processed, h)
             t_pred = cost.time()
-            if completes:  # its first token leaves after cfg.depth ticks, each about this long
+            # its first token leaves after cfg.depth ticks, each about this long; in batch mode
+            # (no budget) only a deadline the request gave bounds the batch, not a derived one
+            if completes and (t_target < math.inf or req.ttft_deadline is not None):
                 limit = policy.finish_budget(req, start) / cfg.depth
                 if limit >= t_pred:  # still reachable: later chunks may not take it away
                     keep = min(keep, limit)

@@ -153,6 +153,28 @@ def test_batch_mode_packs_for_throughput_until_a_tpot_target_is_live(policy):
     assert SchedulerConfig(policy=policy).batch_mode is False  # servers keep every decode on t_target
 
 
+@pytest.mark.parametrize("policy", ["slo", "edf", "lars", "fcfs"])
+def test_batch_mode_packs_a_batch_job_whole_whatever_the_derived_deadlines(policy):
+    """An offline batch (`LLM`): 16 prompts of 512 tokens, 5.5 s of prefill together, each with a
+    derived TTFT deadline of 0.51 s. Every policy packs them into one batch, as FCFS does; slo had
+    cut the batch to the 2 prompts that could keep their derived deadlines (672 tokens), so the job
+    ran its prefill in many small, slower batches."""
+    s = sched({"tokens": 6.7e-4}, policy=policy, batch_mode=True, max_num_batched_tokens=8448)
+    for r in make_requests(16, prompt_len=512, max_tokens=64):
+        s.add_request(r)
+    b = s.schedule(0.0)
+    assert (len(b.seqs), b.num_tokens) == (16, 8192)
+
+
+def test_batch_mode_still_keeps_a_deadline_the_request_gave():
+    s = sched({"tokens": 6.7e-4}, policy="slo", batch_mode=True, max_num_batched_tokens=8448)
+    for r in make_requests(16, prompt_len=512, max_tokens=64, ttft_deadline=1.0):
+        s.add_request(r)
+    b = s.schedule(0.0)
+    assert [n for _, _, n in shape(b)] == [512, 512, 320]  # ends by 1.0 s: the two it completes keep it
+    assert b.predicted_time <= 1.0
+
+
 def _chunks_after(policy: str, ratios: list[float], long_deadline: float) -> dict[str, int]:
     """Tokens per request in the first batch of a 100K-token prompt (1 s of work at 1e-5 s a
     token, TTFT deadline `long_deadline`) beside a 64-token short due in 0.3 s, after the device
