@@ -527,7 +527,8 @@ class SLOPolicy(DeadlinePolicy):
         full = self.cache.remaining_time(request.num_tokens, done)
         return left * cache.remaining_time(request.num_tokens, done) / full if full > 0 else left
 
-    def _rescue(self, jobs: list[tuple], now: float, rate: float, was: float) -> tuple[list, list] | None:
+    def _rescue(self, jobs: list[tuple], now: float, rate: float, was: float,
+                grown_lost: int | None = None) -> tuple[list, list] | None:
         """(admitted, set aside) at the least stretch of the budget (`RESCUE_STEPS`, up to the
         allowed) at which fewer requests miss than at the budget, with exact estimates (nothing
         inflated: the stretch is for what can be saved, not for the margin), and `rescue` set to
@@ -538,7 +539,8 @@ class SLOPolicy(DeadlinePolicy):
         passed while it prefills) does not keep the decodes slow (the simulator's seed-2 draw
         held a 3x stretch for 316 s that way and saved nothing). Longer iterations prefill
         faster (each chunk pays the iteration's fixed time and one walk of its keys per attention
-        tile), and the decodes take the same time of each (the prefill share grows)."""
+        tile), and the decodes take the same time of each (the prefill share grows).
+        grown_lost: how many miss with REJOIN more work, if the caller counted it already."""
         margin = self._margin
         lost = len(sacrifice(jobs, now, rate=rate, margin=margin)[1])
         pick = fallback = None
@@ -550,8 +552,9 @@ class SLOPolicy(DeadlinePolicy):
                 pick = x, fast, fast_rate
                 break
             if x == was:
-                grown = [(d, left * (1.0 + self.REJOIN), r, c) for d, left, r, c in jobs]
-                if lost_x < len(sacrifice(grown, now, rate=rate, margin=margin, inflate=self.inflate)[1]):
+                if grown_lost is None:
+                    grown_lost = self._grown_lost(jobs, now, rate)
+                if lost_x < grown_lost:
                     fallback = x, fast, fast_rate
         pick = pick or fallback
         if pick is None:
@@ -559,6 +562,11 @@ class SLOPolicy(DeadlinePolicy):
         x, fast, fast_rate = pick
         self.rescue = x
         return sacrifice(fast, now, rate=fast_rate, margin=margin * x, inflate=self.inflate)
+
+    def _grown_lost(self, jobs: list[tuple], now: float, rate: float) -> int:
+        """How many of `jobs` the scan sets aside with REJOIN more work each (and `inflate`)."""
+        grown = [(d, left * (1.0 + self.REJOIN), r, c) for d, left, r, c in jobs]
+        return len(sacrifice(grown, now, rate=rate, margin=self._margin, inflate=self.inflate)[1])
 
     def candidates(self, partials: list[Request], now: float) -> Iterator[Request]:
         """Requests with a first token first (deadline order), then the set-aside ones that fit in
@@ -594,12 +602,13 @@ class SLOPolicy(DeadlinePolicy):
         rate = self._share or 1.0
         admitted, aside = sacrifice(jobs, now, rate=rate, margin=self._margin, inflate=self.inflate)
         was, self.rescue = self.rescue, 1.0
-        if self._ladder and not self._hopeless and (aside or (was > 1.0 and sacrifice(
-                [(d, left * grow, r, c) for d, left, r, c in jobs], now, rate=rate, margin=self._margin,
-                inflate=self.inflate)[1])):  # rescuing ends once all fit with REJOIN more work
-            res = self._rescue(jobs, now, rate, was)
-            if res is not None:
-                admitted, aside = res
+        if self._ladder and not self._hopeless:
+            # a rescue that ran goes on only while not all fit with REJOIN more work
+            grown_lost = self._grown_lost(jobs, now, rate) if not aside and was > 1.0 else None
+            if aside or grown_lost:
+                res = self._rescue(jobs, now, rate, was, grown_lost)
+                if res is not None:
+                    admitted, aside = res
         self.set_aside = set(aside)
         admitted_set = set(admitted)
         waiting, partial_set = self._store(), set(partials)
