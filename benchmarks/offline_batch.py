@@ -3,6 +3,8 @@
     python benchmarks/offline_batch.py                       # default policy vs fcfs, 16 x (512 + 64)
     python benchmarks/offline_batch.py --policies slo,lars,edf,fcfs --repeats 5
     python benchmarks/offline_batch.py --small               # seconds: a code-path check
+    python benchmarks/offline_batch.py --max-num-batched-tokens 8448 --name offline_batch_cap8448
+                                                             # a token cap that holds the whole batch
 
 Data flow: a random-weight Llama (benchmarks/dummy_models.LLAMA_31M: 8 layers, hidden 512, GQA
 8:2, head_dim 64, vocab 8192, float32) served through `LLM(load_format="dummy")` once per policy,
@@ -48,6 +50,7 @@ def main(argv=None) -> int:
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/medha_offline_batch"),
                     help="model dir and runtime profiles (reused between runs)")
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--name", default=None, help="results file name (default offline_batch[_small])")
     args = ap.parse_args(argv)
     if args.small:
         args.prompts, args.prompt_len, args.new_tokens, args.max_num_batched_tokens = 4, 48, 8, 64
@@ -94,7 +97,7 @@ def main(argv=None) -> int:
     report = dict(run_info("offline_batch.py", argv, load_before),
                   job=dict(prompts=args.prompts, prompt_len=args.prompt_len, new_tokens=args.new_tokens,
                            model=cfg, shapes=shapes), repeats=args.repeats, rows=rows)
-    name = "offline_batch_small" if args.small else "offline_batch"
+    name = args.name or ("offline_batch_small" if args.small else "offline_batch")
     lines = [f"# Offline batch: {args.prompts} prompts x ({args.prompt_len} in, {args.new_tokens} out)", "",
              f"{provenance(report)} Model: random Llama, "
              f"{cfg['num_hidden_layers']} layers, hidden {cfg['hidden_size']}, vocab {cfg['vocab_size']}, float32. "
