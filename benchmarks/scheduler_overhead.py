@@ -9,7 +9,12 @@ Requests: 95% short prompts (64-4096 tokens), 5% long (128K-1M); decodes start a
 tokens of context. Device model: a linear RuntimePredictor with plausible single-GPU coefficients
 (the numbers only shape the batches; nothing runs on a device). Pure Python.
 
-  PYTHONPATH=. python benchmarks/scheduler_overhead.py [--iterations 2000] [--warmup 100] [--policies lars,fcfs] [--gc engine,on] [--repeat 3]
+  PYTHONPATH=. python benchmarks/scheduler_overhead.py [--iterations 2000] [--warmup 100] [--policies lars,fcfs] [--gc engine,on] [--repeat 3] [--phases]
+
+--phases times the three parts of every `schedule()` call too (thread CPU: the decode pass, the
+prefill packing, and inside the packing the call building the policy's candidate order) and
+reports them for the 40 iterations around the median and for the slowest 1%: whether the p99 is
+the same work running slower or work the median iteration does not do. The timers add ~5%.
 
 Setup places the first `--running` requests straight into the running set as decodes (untimed),
 telling the policy they left its queue as the scheduler would; before 2026-11-26 it did not, so
@@ -81,12 +86,54 @@ def add_running_decode(sched, request: Request, token: int) -> None:
     request.status = RequestStatus.RUNNING
 
 
+class PhaseTimer:
+    """Thread CPU seconds of named methods of a scheduler, per `schedule()` call (`--phases`):
+    wraps the instance's decode pass, its packer's `pack_prefills` and its policy's `candidates`."""
+
+    PHASES = (("decodes", "_schedule_decodes"), ("packing", "pack_prefills"), ("candidates", "candidates"))
+
+    def __init__(self, sched):
+        self.now: dict[str, float] = {}
+        self.per_call: list[dict[str, float]] = []
+        for label, name in self.PHASES:
+            owner = sched if name == "_schedule_decodes" else sched.packer if name == "pack_prefills" else sched.policy
+            setattr(owner, name, self._timed(label, getattr(owner, name)))
+
+    def _timed(self, label, fn):
+        def timed(*args, **kw):
+            c0 = time.thread_time()
+            try:
+                return fn(*args, **kw)
+            finally:
+                self.now[label] = self.now.get(label, 0.0) + time.thread_time() - c0
+        return timed
+
+    def end_call(self, keep: bool) -> None:
+        if keep:
+            self.per_call.append(self.now)
+        self.now = {}
+
+    def summary(self, cpu_ms: list[float]) -> dict:
+        """Mean ms per phase over the 40 calls around the median and over the slowest 1%."""
+        order = sorted(range(len(cpu_ms)), key=cpu_ms.__getitem__)
+        mid, k = len(order) // 2, max(1, len(order) // 100)
+        groups = {"median_40": order[max(0, mid - 20): mid + 20], "slowest_1pct": order[-k:]}
+        out = {}
+        for name, idx in groups.items():
+            row = {label: statistics.fmean(self.per_call[i].get(label, 0.0) * 1e3 for i in idx)
+                   for label, _ in self.PHASES}
+            row["total"] = statistics.fmean(cpu_ms[i] for i in idx)
+            out[name] = row
+        return out
+
+
 def run(policy: str, iterations: int, n_waiting: int, n_running: int, seed: int, gc_mode: str = "on",
-        warmup: int = 0) -> dict:
+        warmup: int = 0, phases: bool = False) -> dict:
     predictor = RuntimePredictor(COEFS)
     cfg = SchedulerConfig(policy=policy, max_num_seqs=2 * n_running)
     kv = KVCacheManager(num_pages_per_group=1 << 20, page_size=16)
     sched = make_scheduler(cfg, kv, predictor)
+    timer = PhaseTimer(sched) if phases else None
     wl = Workload(seed)
     now = 0.0
     # Running decodes: prefill them in one go by hand (not timed), then the waiting queue.
@@ -111,6 +158,8 @@ def run(policy: str, iterations: int, n_waiting: int, n_running: int, seed: int,
             batch = sched.schedule(now)
         t1 = time.perf_counter()
         cpu = time.thread_time() - c0
+        if timer is not None:
+            timer.end_call(it >= warmup)
         now += batch.predicted_time or 0.01
         sched.on_batch_done(batch, now, measured_time=batch.predicted_time)
         t2 = time.perf_counter()
@@ -134,6 +183,7 @@ def run(policy: str, iterations: int, n_waiting: int, n_running: int, seed: int,
     return {
         "policy": policy,
         "gc": gc_mode,
+        "phases_ms": timer.summary(cpu_ms) if timer is not None else None,
         "iterations": iterations,
         "warmup": warmup,
         "waiting": n_waiting,
@@ -164,6 +214,8 @@ def main(argv=None) -> int:
                          "(what Engine.step does: gc.freeze() after setup, no automatic collection inside "
                          "schedule(), the generations due collected before the device wait, untimed), on "
                          "(CPython's automatic collection), freeze (gc.freeze() after setup, then automatic), off")
+    ap.add_argument("--phases", action="store_true",
+                    help="also time the decode pass, the prefill packing and the candidate order of every call")
     ap.add_argument("--out", default=None, help="output JSON (default benchmarks/results/scheduler_overhead_<host>.json)")
     args = ap.parse_args(argv)
     results = []
@@ -173,7 +225,7 @@ def main(argv=None) -> int:
             ap.error(f"--gc: unknown mode {gc_mode!r} (engine, on, freeze, off)")
     for rep in range(args.repeat):
         for policy, gc_mode in cells:
-            res = run(policy, args.iterations, args.waiting, args.running, args.seed, gc_mode, args.warmup)
+            res = run(policy, args.iterations, args.waiting, args.running, args.seed, gc_mode, args.warmup, args.phases)
             res["repetition"] = rep
             s = res["schedule_ms"]
             c = res["schedule_cpu_ms"]
@@ -181,6 +233,8 @@ def main(argv=None) -> int:
                   f"thread CPU p50 {c['p50']:.3f} p99 {c['p99']:.3f} ms  "
                   f"(on_batch_done p50 {res['on_batch_done_ms']['p50']:.3f} ms; "
                   f"{res['mean_batch_seqs']:.0f} seqs / {res['mean_batch_tokens']:.0f} tokens per batch)", flush=True)
+            for group, row in (res["phases_ms"] or {}).items():
+                print(f"{'':>8} {group:<12}: " + ", ".join(f"{k} {v:.3f} ms" for k, v in row.items()), flush=True)
             results.append(res)
     summary = []
     for policy, gc_mode in cells:
