@@ -90,13 +90,13 @@ class PhaseTimer:
     """Thread CPU seconds of named methods of a scheduler, per `schedule()` call (`--phases`):
     wraps the instance's decode pass, its packer's `pack_prefills` and its policy's `candidates`."""
 
-    PHASES = (("decodes", "_schedule_decodes"), ("packing", "pack_prefills"), ("candidates", "candidates"))
+    PHASES = ("decodes", "packing", "candidates")
 
     def __init__(self, sched):
         self.now: dict[str, float] = {}
         self.per_call: list[dict[str, float]] = []
-        for label, name in self.PHASES:
-            owner = sched if name == "_schedule_decodes" else sched.packer if name == "pack_prefills" else sched.policy
+        owners = zip(self.PHASES, (sched, sched.packer, sched.policy), ("_schedule_decodes", "pack_prefills", "candidates"))
+        for label, owner, name in owners:
             setattr(owner, name, self._timed(label, getattr(owner, name)))
 
     def _timed(self, label, fn):
@@ -121,7 +121,7 @@ class PhaseTimer:
         out = {}
         for name, idx in groups.items():
             row = {label: statistics.fmean(self.per_call[i].get(label, 0.0) * 1e3 for i in idx)
-                   for label, _ in self.PHASES}
+                   for label in self.PHASES}
             row["total"] = statistics.fmean(cpu_ms[i] for i in idx)
             out[name] = row
         return out

@@ -535,9 +535,10 @@ class SLOPolicy(DeadlinePolicy):
         it; None if no stretch saves one. A rescue that ran last iteration (`was`) goes on at its
         stretch while that stretch still saves a request against the budget with REJOIN more
         work and the scan's `inflate` (hysteresis: the rescued prompt is stretched until it fits
-        with the margins the rescue ends on, `candidates`), and no longer: a request no stretch can save any more (an arrival took its time, or its deadline
-        passed while it prefills) does not keep the decodes slow (the simulator's seed-2 draw
-        held a 3x stretch for 316 s that way and saved nothing). Longer iterations prefill
+        with the margins the rescue ends on, `candidates`), and no longer: a request no stretch
+        can save any more (an arrival took its time, or its deadline passed while it prefills)
+        does not keep the decodes slow (the simulator's seed-2 draw held a 3x stretch for 316 s
+        that way and saved nothing). Longer iterations prefill
         faster (each chunk pays the iteration's fixed time and one walk of its keys per attention
         tile), and the decodes take the same time of each (the prefill share grows).
         grown_lost: how many miss with REJOIN more work, if the caller counted it already."""
