@@ -54,13 +54,19 @@ def rms_norm(x: jnp.ndarray, w: jnp.ndarray, eps: float) -> jnp.ndarray:
     return w * xf.astype(x.dtype)
 
 
+def psum_tp(x: jnp.ndarray) -> jnp.ndarray:
+    """Sum of x over the tp axis: x itself when tp == 1, where XLA:CPU would still run an all-reduce
+    thunk that copies x (3% of a CPU prefill step, `benchmarks/step_profile_cpu.py`)."""
+    return x if lax.axis_size("tp") == 1 else lax.psum(x, "tp")
+
+
 def embed_lookup(embed: jnp.ndarray, token_ids: jnp.ndarray) -> jnp.ndarray:
     """Vocab-parallel lookup. embed: [V/tp, D] rows of this device; token_ids: i32[T] -> [T, D]."""
     rows = embed.shape[0]
     local = token_ids - lax.axis_index("tp") * rows  # local: i32[T]
     mine = (local >= 0) & (local < rows)
     x = jnp.where(mine[:, None], embed[jnp.clip(local, 0, rows - 1)], 0)  # x: [T, D]
-    return lax.psum(x, "tp")
+    return psum_tp(x)
 
 
 def local_inputs(inp: ModelInputs, stacked: bool) -> ModelInputs:
@@ -115,12 +121,12 @@ def _layer(cfg: LlamaConfig, freq, inp: ModelInputs, attention_fn: AttentionFn, 
         q, k = kv_cache.rotate_for_fp8(q), kv_cache.rotate_for_fp8(k)
     attn, kv_k, kv_v = _attend(attention_fn, q, k, v, kv_k, kv_v, layer, inp, cfg.head_dim ** -0.5)  # [T, H/tp, Dh]
     o = jnp.einsum("thk,hkd->td", attn.astype(x.dtype), lp["wo"])  # o: [T, D] partial sum
-    x = x + lax.psum(o, "tp")
+    x = x + psum_tp(o)
     y = rms_norm(x, lp["mlp_norm"], cfg.rms_norm_eps)
     g = jnp.einsum("td,df->tf", y, lp["w_gate"])  # g: [T, F/tp]
     u = jnp.einsum("td,df->tf", y, lp["w_up"])
     m = jnp.einsum("tf,fd->td", jax.nn.silu(g) * u, lp["w_down"])  # m: [T, D] partial sum
-    x = x + lax.psum(m, "tp")
+    x = x + psum_tp(m)
     return (x, kv_k, kv_v), None
 
 
@@ -143,7 +149,9 @@ def final_logits(params, x, inp: ModelInputs, cfg: LlamaConfig) -> jnp.ndarray:
     h = rms_norm(x[inp.logits_indices], params["final_norm"], cfg.rms_norm_eps)  # h: [S, D]
     head = params["embed"] if cfg.tie_word_embeddings else params["lm_head"]  # head: [V/tp, D]
     logits = jnp.einsum("sd,vd->sv", h, head, preferred_element_type=jnp.float32)  # [S, V/tp]
-    logits = lax.all_gather(logits, "tp", axis=1, tiled=True)[:, : cfg.vocab_size]  # f32[S, V]
+    if lax.axis_size("tp") > 1:
+        logits = lax.all_gather(logits, "tp", axis=1, tiled=True)
+    logits = logits[:, : cfg.vocab_size]  # f32[S, V]
     return logits.astype(jnp.float32)
 
 
