@@ -53,14 +53,12 @@ def op_sources(hlo_text: str) -> dict[str, tuple[str, str, int]]:
     """HLO op name -> (file, function, line) of the innermost stack frame in its metadata."""
     tables: dict[str, dict[int, str]] = {"FileNames": {}, "FunctionNames": {}, "FileLocations": {}, "StackFrames": {}}
     section = None
-    for line in hlo_text.splitlines():
+    for line in hlo_text.splitlines():  # a table: its name, then "id value" lines up to a blank line
         if line in tables:
             section = line
-            continue
-        if not line.strip() or not line[0].isdigit():
-            section = None if not line.strip() else section
-            continue
-        if section:
+        elif not line.strip():
+            section = None
+        elif section and line[0].isdigit():
             k, v = line.split(" ", 1)
             tables[section][int(k)] = v
     files = {k: v.strip('"').replace(ROOT, "") for k, v in tables["FileNames"].items()}
