@@ -85,24 +85,31 @@ def profile_path(directory: str, key: ProfileKey) -> str:
 
 
 def feature_sums(comp: Composition, tiling: Tiling = DEFAULT_TILING) -> list[float]:
-    """The feature vector, in FEATURES order (see the module docstring)."""
-    tokens = chunk_kv = chunk_sq = decodes = decode_kv = max_ctx = max_dkv = 0
+    """The feature vector, in FEATURES order (see the module docstring).
+
+    The decodes (hundreds in a batch) are summed by builtins over one comprehension; only the
+    prefill chunks (a few) go through the per-pair loop."""
+    seqs = comp.seqs
+    decode_kvs = [kv for q, kv in seqs if q == 1 and kv > 0]
+    decodes = len(decode_kvs)
+    decode_kv = sum(decode_kvs)
+    max_dkv = max(decode_kvs, default=0)
+    tokens, max_ctx = decodes, max_dkv + 1 if decodes else 0
+    chunk_kv = chunk_sq = 0
     tiles = small = 0.0
-    for q, kv in comp.seqs:
-        tokens += q
-        max_ctx = max(max_ctx, q + kv)
-        if q == 1 and kv > 0:
-            decodes += 1
-            decode_kv += kv
-            max_dkv = max(max_dkv, kv)
-        else:
+    if decodes < len(seqs):
+        for q, kv in seqs:
+            if q == 1 and kv > 0:
+                continue
+            tokens += q
+            max_ctx = max(max_ctx, q + kv)
             chunk_kv += q * kv
             chunk_sq += q * q
             b, s = tile_work(tiling, q, kv)
             tiles += b
             small += s
     return [1.0, tokens, chunk_kv, chunk_sq, decodes, decode_kv, tokens * tokens, tokens * max_ctx, tiles,
-            decode_span(tiling, len(comp.seqs), max_dkv), small]
+            decode_span(tiling, len(seqs), max_dkv), small]
 
 
 def _linear_time(c, tiling, tokens, chunk_kv, chunk_sq, decodes, decode_kv, max_ctx, tiles, small, n, max_dkv) -> float:

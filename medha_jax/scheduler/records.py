@@ -10,10 +10,14 @@ oldest records are dropped first. Pure Python, no JAX.
 
 from __future__ import annotations
 
+import operator
 from collections import deque
 from dataclasses import dataclass
 
-from medha_jax.batch import ScheduledBatch
+from medha_jax.batch import ScheduledBatch, ScheduledSeq
+
+_start_pos, _num_tokens, _first_group = (operator.itemgetter(ScheduledSeq._fields.index(f))
+                                         for f in ("start_pos", "num_tokens", "first_group"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,8 +40,9 @@ class Composition:
 
     @classmethod
     def from_batch(cls, batch: ScheduledBatch) -> "Composition":
-        groups = tuple(s.first_group for s in batch.seqs)
-        return cls(tuple((s.num_tokens, s.start_pos) for s in batch.seqs), groups if any(groups) else None)
+        seqs = batch.seqs  # hundreds of decodes: the pairs are made in C (`zip` of field getters)
+        groups = tuple(map(_first_group, seqs))
+        return cls(tuple(zip(map(_num_tokens, seqs), map(_start_pos, seqs))), groups if any(groups) else None)
 
     @property
     def num_tokens(self) -> int:

@@ -36,6 +36,42 @@ def test_feature_sums_split_decodes_and_chunks():
     assert tile_work(t, 300, 1000) == (128 * (5 + 5) * 256, 32 * (6 + 6) * 256)
 
 
+def test_feature_sums_match_a_per_pair_reference_sum():
+    """feature_sums sums the decodes with builtins and loops only over the chunks; a plain loop over
+    every pair (the definition in the module docstring) must give the same vector, with decodes
+    and chunks interleaved and the (1, 0) pair (a one-token prompt: a chunk) among them."""
+    from medha_jax.scheduler.attention_tiling import decode_span
+
+    def reference(comp, t):
+        f = dict.fromkeys(("tokens", "chunk_kv", "chunk_sq", "decodes", "decode_kv", "max_ctx", "max_dkv",
+                           "tiles", "small"), 0)
+        for q, kv in comp.seqs:
+            f["tokens"] += q
+            f["max_ctx"] = max(f["max_ctx"], q + kv)
+            if q == 1 and kv > 0:
+                f["decodes"] += 1
+                f["decode_kv"] += kv
+                f["max_dkv"] = max(f["max_dkv"], kv)
+            else:
+                f["chunk_kv"] += q * kv
+                f["chunk_sq"] += q * q
+                b, s = tile_work(t, q, kv)
+                f["tiles"] += b
+                f["small"] += s
+        n = f["tokens"]
+        return [1.0, n, f["chunk_kv"], f["chunk_sq"], f["decodes"], f["decode_kv"], n * n, n * f["max_ctx"],
+                f["tiles"], decode_span(t, len(comp.seqs), f["max_dkv"]), f["small"]]
+
+    rng = random.Random(3)
+    comps = random_compositions(200, seed=3) + [Composition.of([(1, 0)]), Composition.of([(1, 0), (1, 5)])]
+    for comp in comps:
+        seqs = list(comp.seqs)
+        rng.shuffle(seqs)
+        mixed = Composition.of(seqs)
+        for t in (Tiling(), Tiling.for_engine(page_size=64, min_pages=512, min_seqs=16)):
+            assert feature_sums(mixed, t) == reference(mixed, t)
+
+
 def test_the_tiling_follows_the_engine_shapes():
     """64-token pages and a 16-sequence smallest bucket (the convoy benchmark's engine): key blocks
     of 16 x 64 for prefill tiles and 8 x 64 for decodes, tables never narrower than the smallest
