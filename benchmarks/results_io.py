@@ -25,14 +25,28 @@ HERE = Path(__file__).resolve().parent
 
 
 def cpu_model() -> str:
+    """The CPU as results files name it (`describe_cpu` of /proc/cpuinfo)."""
     try:
         with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+            return describe_cpu(f.read())
     except OSError:
-        pass
-    return platform.processor() or "unknown"
+        return platform.processor() or "unknown"
+
+
+def describe_cpu(cpuinfo: str) -> str:
+    """The first processor of a /proc/cpuinfo text: its model name, then family / model / stepping
+    and the widest vector extension ("AMD EPYC (family 25 model 1 stepping 1, avx2)"). A cloud VM's
+    model name can be as bare as "AMD EPYC" on hosts of different generations (with AVX-512 or
+    without), for which XLA generates different code; the numbers tell those rows apart."""
+    first = cpuinfo.split("\n\n", 1)[0]
+    info = {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in first.splitlines() if ":" in line)}
+    name = info.get("model name") or platform.processor() or "unknown"
+    flags = set(info.get("flags", "").split())
+    ids = " ".join(f"{label} {info[k]}" for k, label in
+                   (("cpu family", "family"), ("model", "model"), ("stepping", "stepping")) if k in info)
+    vector = next((f for f in ("avx512f", "avx2", "avx", "sse4_2") if f in flags), "")
+    extra = ", ".join(x for x in (ids, vector) if x)
+    return f"{name} ({extra})" if extra else name
 
 
 def device_slug(name: str) -> str:
