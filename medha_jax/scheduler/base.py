@@ -541,7 +541,8 @@ class Scheduler:
         when a decode's next position starts one (`try_add_page`, then `reserve` with preemption if
         that finds none), and binds the methods it calls per request to locals. The loop keeps
         only each decode's request and position; their `ScheduledSeq`s are made after it in one
-        C-level pass (`map` over `zip`), which costs a fifth of making each in the loop."""
+        C-level pass (`map` over `zip`). That saves the per-object bytecode, ~20% of making them
+        (most of it is allocating 256 tuple-subclass objects, ~0.2 us each on the 2-core VM)."""
         in_flight = self._in_flight
         partials = []
         cap = self.config.max_num_seqs  # per batch; with per-group batches, per kvp group
