@@ -13,6 +13,7 @@ runtime predictor both rely on it only for speed, never for correctness).
 
 from __future__ import annotations
 
+import operator
 from array import array
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -62,6 +63,11 @@ class ScheduledSeq(NamedTuple):
     def kv_len(self) -> int:
         """Context length after this iteration (cached + scheduled tokens)."""
         return self.start_pos + self.num_tokens
+
+
+seq_start_pos, seq_num_tokens, seq_first_group = (operator.itemgetter(ScheduledSeq._fields.index(f))
+                                                 for f in ("start_pos", "num_tokens", "first_group"))
+"""ScheduledSeq fields as C-level getters, for `map` over a batch's hundreds of decodes."""
 
 
 @dataclass(slots=True)

@@ -599,10 +599,11 @@ class Scheduler:
                 g_tokens[g] += 1
         in_flight.update(decodes[marked:])
         if decodes:  # ScheduledSeq(req, start, 1, its page tables, samples, 1 row, first group), made in C
-            groups = repeat(0) if one_group else map(first_groups.__getitem__, map(_id_of, decodes))
+            ids = list(map(_id_of, decodes))
+            groups = repeat(0) if one_group else map(first_groups.__getitem__, ids)
             seqs.extend(map(tuple.__new__, repeat(ScheduledSeq),
-                            zip(decodes, starts, repeat(1), map(tables.__getitem__, map(_id_of, decodes)),
-                                repeat(True), repeat(1), groups)))
+                            zip(decodes, starts, repeat(1), map(tables.__getitem__, ids), repeat(True), repeat(1),
+                                groups)))
         batch.num_rows = n
         if not per_group:
             g_rows[0] = g_tokens[0] = n

@@ -10,14 +10,10 @@ oldest records are dropped first. Pure Python, no JAX.
 
 from __future__ import annotations
 
-import operator
 from collections import deque
 from dataclasses import dataclass
 
-from medha_jax.batch import ScheduledBatch, ScheduledSeq
-
-_start_pos, _num_tokens, _first_group = (operator.itemgetter(ScheduledSeq._fields.index(f))
-                                         for f in ("start_pos", "num_tokens", "first_group"))
+from medha_jax.batch import ScheduledBatch, seq_first_group, seq_num_tokens, seq_start_pos
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,8 +37,8 @@ class Composition:
     @classmethod
     def from_batch(cls, batch: ScheduledBatch) -> "Composition":
         seqs = batch.seqs  # hundreds of decodes: the pairs are made in C (`zip` of field getters)
-        groups = tuple(map(_first_group, seqs))
-        return cls(tuple(zip(map(_num_tokens, seqs), map(_start_pos, seqs))), groups if any(groups) else None)
+        groups = tuple(map(seq_first_group, seqs))
+        return cls(tuple(zip(map(seq_num_tokens, seqs), map(seq_start_pos, seqs))), groups if any(groups) else None)
 
     @property
     def num_tokens(self) -> int:

@@ -47,15 +47,13 @@ Pure Python, no JAX.
 from __future__ import annotations
 
 import math
-import operator
 
-from medha_jax.batch import ScheduledBatch
+from medha_jax.batch import ScheduledBatch, seq_start_pos
 from medha_jax.kvp_layout import owner
 from medha_jax.scheduler.chunking import budget_chunk
 from medha_jax.scheduler.kvp_cost import batch_cost
 from medha_jax.scheduler.tpot_bank import decode_slack
 
-_start_of = operator.itemgetter(1)  # ScheduledSeq -> start_pos
 
 TILE_GAIN = 0.1
 """A chunk ending inside an attention tile is grown to the whole tile (or waits for it) only when
@@ -84,7 +82,7 @@ class TimeBudgetPacker:
         whole_tiles = (self.predictor.chunk_period > 0 and cfg.bank_cap > 1.0 and cfg.depth == 1
                        and not kv.per_group_batches and t_target < math.inf and bool(batch.seqs))
         if kv.kvp == 1:
-            starts = list(map(_start_of, batch.seqs))  # phase 1 put only decodes here
+            starts = list(map(seq_start_pos, batch.seqs))  # phase 1 put only decodes here
             cost.add_decodes(len(starts), sum(starts), max(starts, default=0))
         else:
             for s in batch.seqs:
