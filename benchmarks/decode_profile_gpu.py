@@ -1,27 +1,31 @@
-"""Where a decode tick's time goes on a GPU: the device's kernels and ops, at two KV-cache sizes
-and with either attention backend.
+"""Where a decode tick's time goes on a GPU: the device's kernels, streams and copies, over the
+decode ticks alone, with the layer loop as a scan and unrolled.
 
-    python benchmarks/decode_profile_gpu.py            # on a GPU (~2 min)
+    python benchmarks/decode_profile_gpu.py            # on a GPU (~2-3 min)
+    python benchmarks/decode_profile_gpu.py --model llama-31m   # vs_hf.py's model, its 16 x 512 batch
     python benchmarks/decode_profile_gpu.py --small    # CPU dry run of the code paths
 
-Why: on the first H200 run (benchmarks/results/h200/) a Llama-3-8B-shaped model decoded one
-sequence at 8K tokens of context in 19.8 ms a token, ~4x the time to read its 16 GB of weights
-once. If the step touched the whole KV cache (30 GB there), the time would follow the cache's
-size, not the batch; if the attention kernels are the cost (that run used the fused POD kernel
-on every batch, decode-only ones too, which took 1.8-3.1x the decode kernel's time on decodes in
-kernels_gpu.py; the engine now runs the prefill and decode kernels in turn), the XLA attention
-path would be faster. This measures the three side by side and names the kernels that take
-the time.
+Why: on the H200 (benchmarks/results/h200/) a Llama-3-8B-shaped model decoded one sequence at 8K
+tokens of context in 19.6 ms a token, 3.7x the time to read its 16 GB of weights once. The
+first profile (run5_vs_hf_profile) summed the whole run, prefill ticks included, and its largest
+item was 8.9 ms a tick of device-to-device copies on five streams; the lead is the layer scan's
+slices of the stacked [L, ...] weights, which XLA:GPU copies out where a matmul library call
+cannot read a slice in place. This run answers it: only decode ticks are traced, every copy is
+listed with its size, stream and the HLO op that issued it, and the same requests run with the
+layer loop unrolled (`layer_unroll`), where the weights are static slices.
 
-Data flow, per (attention, KV-cache size) in (pallas, 4 GB), (pallas, 30 GB), (xla, 30 GB)
-(--small: 512 / 8192 pages of a tiny model):
-  config.json of Llama-3-8B (benchmarks/dummy_models) -> LLM(load_format="dummy", bfloat16,
-  fcfs, that attention backend)
-  -> one untimed request (compiles its buckets) -> the same shapes again under
-     jax.profiler.trace: one request, PROMPT tokens + NEW greedy tokens
-  -> TPOT (the engine's metrics); the decode bucket's XLA cost analysis (bytes accessed) and
-     memory analysis; the trace's device planes -> time per kernel name and per XLA op, summed
-     over the run and divided by the decode ticks (the prefill ticks are a small share)
+Data flow, per variant in (scan: layer_unroll=1, unrolled: layer_unroll=L), one LLM each
+(Llama-3-8B config from benchmarks/dummy_models, or with --model llama-31m the model of vs_hf.py,
+where medha-jax's ticks took ~7 ms on the H200 against HF's ~5 ms steps; load_format="dummy",
+bfloat16, fcfs, Pallas attention, a 30 GB KV cache (31M: 4 GB); --small: the tiny model, 1,024 pages):
+  -> an untimed pass of every batch below (compiles their buckets; its TPOT, no profiler, is the
+     row's TPOT)
+  -> per batch in (1 x PROMPT, 32 x 1,024 tokens; 31M: 1 x PROMPT, 16 x 512; --small: 1 x 256,
+     4 x 64), NEW greedy tokens:
+     add the requests, step until each has 2 tokens (prefills done), then jax.profiler.trace
+     while the engine steps to the end -> the trace's device planes: busy time per stream line,
+     their union, time per kernel name and per issuing HLO op, copies by size and op
+  -> per tick = divided by the decode ticks inside the trace (tokens of the first request)
 -> <out>/decode_profile_<device>.json and .md
 """
 
@@ -32,6 +36,7 @@ import collections
 import glob
 import json
 import re
+import statistics
 import sys
 import tempfile
 import time
@@ -44,102 +49,179 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from medha_jax import LLM, SamplingParams  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from dummy_models import LLAMA3_8B, TINY, batch_prompts, write_model_dir  # noqa: E402
+from dummy_models import LLAMA3_8B, LLAMA_31M, TINY, batch_prompts, write_model_dir  # noqa: E402
 from results_io import device_slug  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TOP = 20
 
 
+def _stats(ev) -> dict:
+    try:
+        return {k: v for k, v in ev.stats}
+    except Exception:  # noqa: BLE001 - a profiler build without event stats
+        return {}
+
+
+def _copy_bytes(stats: dict) -> int | None:
+    for key in ("memcpy_details", "bytes_transferred", "num_bytes", "size"):
+        v = stats.get(key)
+        if isinstance(v, (int, float)):
+            return int(v)
+        m = re.search(r"(?:num_bytes|size|bytes)[:=]\s*(\d+)", str(v or ""))
+        if m:
+            return int(m.group(1))
+    return None
+
+
+SIZE_BINS = ((4 << 10, "< 4 KB"), (1 << 20, "4 KB - 1 MB"), (64 << 20, "1 - 64 MB"), (1 << 62, ">= 64 MB"))
+
+
 def device_time(trace_dir: str) -> dict:
-    """Sum the device planes' events of the trace: {line kind: {name: [total_ns, count]}}."""
+    """The trace's device planes: busy ns per stream line and their union, and per kernel name,
+    per issuing HLO op and per copy size bin [total_ns, count(, bytes)]."""
     from jax.profiler import ProfileData
     files = glob.glob(f"{trace_dir}/**/*.xplane.pb", recursive=True)
-    out = {"lines": [], "kernels": collections.defaultdict(lambda: [0.0, 0]),
-           "ops": collections.defaultdict(lambda: [0.0, 0])}
-    if not files:
+    return summarize(ProfileData.from_file(files[0]) if files else None)
+
+
+def summarize(profile) -> dict:
+    """device_time of a `jax.profiler.ProfileData` (None: nothing traced)."""
+    out = {"lines": {}, "union_ns": 0, "span_ns": 0, "kernels": collections.defaultdict(lambda: [0, 0]),
+           "hlo_ops": collections.defaultdict(lambda: [0, 0]), "copies": collections.defaultdict(lambda: [0, 0, 0]),
+           "copy_ops": collections.defaultdict(lambda: [0, 0, 0]), "copy_stats_sample": []}
+    if profile is None:
         return out
-    for plane in ProfileData.from_file(files[0]).planes:
+    spans = []
+    for plane in profile.planes:
         if not plane.name.startswith("/device:"):
             continue
         for line in plane.lines:
-            out["lines"].append(f"{plane.name}: {line.name}")
-            if line.name.startswith("Stream"):
-                table = out["kernels"]
-            elif line.name == "XLA Ops":
-                table = out["ops"]
-            else:
+            if not line.name.startswith("Stream"):
                 continue
+            busy = 0
             for ev in line.events:
+                dur = ev.duration_ns
+                busy += dur
+                spans.append((ev.start_ns, ev.start_ns + dur))
                 name = re.sub(r"[._]\d+$", "", ev.name)  # fusion.12 -> fusion
-                table[name][0] += ev.duration_ns
-                table[name][1] += 1
+                out["kernels"][name][0] += dur
+                out["kernels"][name][1] += 1
+                st = _stats(ev)
+                op = str(st.get("hlo_op", "?"))
+                out["hlo_ops"][op][0] += dur
+                out["hlo_ops"][op][1] += 1
+                if name.startswith("Memcpy"):
+                    nbytes = _copy_bytes(st)
+                    label = f"{name}, " + (next(lab for lim, lab in SIZE_BINS if nbytes < lim) if nbytes is not None
+                                          else "size unknown")
+                    for table, key in ((out["copies"], label), (out["copy_ops"], f"{name} {op}")):
+                        table[key][0] += dur
+                        table[key][1] += 1
+                        table[key][2] += nbytes or 0
+                    if len(out["copy_stats_sample"]) < 5:
+                        out["copy_stats_sample"].append({k: str(v)[:200] for k, v in st.items()})
+            out["lines"][f"{plane.name}: {line.name}"] = busy
+    if spans:
+        spans.sort()
+        union, (lo, hi) = 0, spans[0]
+        for s0, s1 in spans[1:]:
+            if s0 > hi:
+                union, lo, hi = union + hi - lo, s0, s1
+            else:
+                hi = max(hi, s1)
+        out["union_ns"] = union + hi - lo
+        out["span_ns"] = max(e for _, e in spans) - spans[0][0]
     return out
 
 
-def top_rows(table: dict, ticks: int) -> list[dict]:
-    rows = sorted(table.items(), key=lambda kv: -kv[1][0])[:TOP]
-    return [dict(name=n, ms_per_tick=ns / 1e6 / ticks, calls_per_tick=c / ticks) for n, (ns, c) in rows]
+def top_rows(table: dict, ticks: int, n: int = TOP) -> list[dict]:
+    rows = sorted(table.items(), key=lambda kv: -kv[1][0])[:n]
+    return [dict(name=k, ms_per_tick=v[0] / 1e6 / ticks, calls_per_tick=v[1] / ticks,
+                 **({"mb_per_tick": v[2] / 1e6 / ticks} if len(v) > 2 else {})) for k, v in rows]
 
 
-def measure(model_dir: Path, backend: str, kv: dict, prompt: int, new: int, log) -> dict:
+def traced_decode(llm, prompts: list[list[int]], sp: SamplingParams, trace_dir: str) -> tuple[int, float]:
+    """Prefill `prompts`, then trace the engine to the end: (decode ticks traced, wall seconds)."""
+    eng = llm.engine
+    reqs = [eng.add_request(p, sp) for p in prompts]
+    while any(len(r.output_token_ids) < 2 for r in reqs):
+        eng.step()
+    with jax.profiler.trace(trace_dir):
+        n0, t0 = len(reqs[0].output_token_ids), time.perf_counter()
+        while eng.has_unfinished():
+            eng.step()
+        wall = time.perf_counter() - t0
+    return len(reqs[0].output_token_ids) - n0, wall
+
+
+def measure(model_dir: Path, layers: int, unroll: int, kv: dict, batches, new: int, log) -> list[dict]:
+    t0 = time.perf_counter()
     llm = LLM(model=str(model_dir), load_format="dummy", dtype="bfloat16", scheduler="fcfs", mesh="tp=1",
-              num_devices=1, attention_backend=backend, max_model_len=max(4096, 2 * prompt), page_size=16,
-              max_num_batched_tokens=2048, max_num_seqs=8, warmup=False, **kv)
+              num_devices=1, attention_backend="pallas", max_model_len=max(4096, 2 * max(p for _, p in batches)),
+              page_size=16, max_num_batched_tokens=2048, max_num_seqs=max(4, max(n for n, _ in batches)),
+              warmup=False, layer_unroll=unroll, **kv)
     ex = llm.engine.executor
     greedy = SamplingParams(max_tokens=new, temperature=0.0, ignore_eos=True)
-    ids = lambda pass_no: batch_prompts(1, prompt, llm.engine.model_config.vocab_size, pass_no)  # noqa: E731
-    llm.generate(ids(0), greedy)  # compiles every bucket the timed run uses
-    trace_dir = tempfile.mkdtemp()
-    with jax.profiler.trace(trace_dir):
-        t0 = time.perf_counter()
-        out = llm.generate(ids(1), greedy)[0]
-        wall = time.perf_counter() - t0
-    decode_bucket = ex.ladders.pick(1, 1, -(-(prompt + new) // ex.page_size))
-    exe = ex.compile_bucket(decode_bucket)
-    cost = exe.cost_analysis()
-    cost = (cost[0] if isinstance(cost, list) else cost) or {}
-    mem = exe.memory_analysis()
-    dev = device_time(trace_dir)
-    ticks = max(1, new)
-    row = dict(attention=ex.attention_backend, kv_cache_bytes=2 * ex.kv_k.nbytes, num_pages=ex.total_pages, tpot_ms=1e3 * out.metrics.tpot,
-               ttft_ms=1e3 * out.metrics.ttft, wall_s=wall, decode_bucket=str(decode_bucket),
-               bytes_accessed=cost.get("bytes accessed"), flops=cost.get("flops"),
-               temp_bytes=getattr(mem, "temp_size_in_bytes", None),
-               weights_bytes=sum(a.nbytes for a in jax.tree.leaves(ex.params)),
-               device_ms_per_tick=sum(ns for ns, _ in dev["kernels"].values()) / 1e6 / ticks,
-               kernels=top_rows(dev["kernels"], ticks), ops=top_rows(dev["ops"], ticks), trace_lines=dev["lines"])
-    log(f"{row['attention']}, kv {row['kv_cache_bytes'] / 1e9:.2f} GB: tpot {row['tpot_ms']:.2f} ms, device busy "
-        f"{row['device_ms_per_tick']:.2f} ms/tick, XLA bytes accessed "
-        f"{(row['bytes_accessed'] or 0) / 1e9:.2f} GB (weights {row['weights_bytes'] / 1e9:.2f} GB)")
-    for k in row["kernels"][:8]:
-        log(f"    {k['ms_per_tick']:8.3f} ms/tick  {k['calls_per_tick']:6.1f} calls  {k['name'][:90]}")
+    vocab = llm.engine.model_config.vocab_size
+    rows = []
+    for count, prompt in batches:
+        untimed = llm.generate(batch_prompts(count, prompt, vocab, 0), greedy)  # compiles; its TPOT
+        tpot = statistics.median(o.metrics.tpot for o in untimed)
+        compile_s = time.perf_counter() - t0
+        trace_dir = tempfile.mkdtemp()
+        ticks, wall = traced_decode(llm, batch_prompts(count, prompt, vocab, 1), greedy, trace_dir)
+        ticks = max(1, ticks)
+        dev = device_time(trace_dir)
+        row = dict(layer_loop="scan" if unroll == 1 else f"unrolled ({unroll} of {layers})", requests=count,
+                   prompt=prompt, kv_cache_bytes=2 * ex.kv_k.nbytes, num_pages=ex.total_pages, tpot_ms=1e3 * tpot,
+                   traced_ms_per_tick=1e3 * wall / ticks, ticks=ticks, seconds_to_first_batch=compile_s,
+                   weights_bytes=sum(a.nbytes for a in jax.tree.leaves(ex.params)),
+                   device_union_ms_per_tick=dev["union_ns"] / 1e6 / ticks,
+                   device_span_ms_per_tick=dev["span_ns"] / 1e6 / ticks,
+                   streams={k: v / 1e6 / ticks for k, v in dev["lines"].items()},
+                   kernels=top_rows(dev["kernels"], ticks), hlo_ops=top_rows(dev["hlo_ops"], ticks),
+                   copies=top_rows(dev["copies"], ticks), copy_ops=top_rows(dev["copy_ops"], ticks),
+                   copy_stats_sample=dev["copy_stats_sample"])
+        log(f"{row['layer_loop']}, {count} x {prompt}: tpot {row['tpot_ms']:.2f} ms (traced {row['traced_ms_per_tick']:.2f}),"
+            f" device busy (union of streams) {row['device_union_ms_per_tick']:.2f} ms/tick over {ticks} ticks;"
+            f" {compile_s:.0f} s to this batch")
+        for k in row["kernels"][:6] + row["copies"]:
+            log(f"    {k['ms_per_tick']:8.3f} ms/tick  {k['calls_per_tick']:7.1f} calls  {k['name'][:90]}")
+        rows.append(row)
     llm.close()
-    return row
+    return rows
+
+
+def _table(title: str, rows: list[dict]) -> list[str]:
+    mb = rows and "mb_per_tick" in rows[0]
+    out = ["", f"### {title}", "", "| ms | calls |" + (" MB |" if mb else "") + " name |", "|---|---|" + ("---|" if mb else "") + "---|"]
+    return out + [f"| {k['ms_per_tick']:.3f} | {k['calls_per_tick']:.1f} |" + (f" {k['mb_per_tick']:.1f} |" if mb else "")
+                  + f" `{k['name'][:120]}` |" for k in rows]
 
 
 def write_report(report, out_dir: Path):
     out_dir.mkdir(parents=True, exist_ok=True)
     slug = device_slug(report["device"])
-    jpath, mpath = out_dir / f"decode_profile_{slug}.json", out_dir / f"decode_profile_{slug}.md"
+    stem = f"decode_profile_{slug}" + ("_31m" if report["model"] == "llama-31m" else "")
+    jpath, mpath = out_dir / f"{stem}.json", out_dir / f"{stem}.md"
     jpath.write_text(json.dumps(report, indent=1, default=str))
-    lines = [f"# A decode tick on {report['device']}", "",
-             f"jax {report['jax']}, {report['elapsed_s']:.0f} s; one request, {report['prompt']} prompt tokens + "
-             f"{report['new']} greedy tokens; model {report['model']}.", "",
-             "| attention | KV cache | pages | TPOT ms | device busy ms/tick | XLA bytes accessed (decode bucket) | weights |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [f"# Decode ticks on {report['device']}", "",
+             f"jax {report['jax']}, {report['elapsed_s']:.0f} s; model {report['model']}, {report['new']} greedy tokens a "
+             "request; Pallas attention; only decode ticks traced. TPOT: the untraced pass; per tick: over the traced "
+             "decode ticks.", "",
+             "| layer loop | requests x prompt | KV cache | TPOT ms | traced ms/tick | device busy ms/tick (union of streams) "
+             "| s to this batch (compiles) | weights |", "|---|---|---|---|---|---|---|---|"]
     for r in report["rows"]:
-        ba = f"{r['bytes_accessed'] / 1e9:.2f} GB" if r["bytes_accessed"] else "-"
-        lines.append(f"| {r['attention']} | {r['kv_cache_bytes'] / 1e9:.2f} GB | {r['num_pages']} | {r['tpot_ms']:.2f} | "
-                     f"{r['device_ms_per_tick']:.2f} | {ba} | {r['weights_bytes'] / 1e9:.2f} GB |")
+        lines.append(f"| {r['layer_loop']} | {r['requests']} x {r['prompt']} | {r['kv_cache_bytes'] / 1e9:.2f} GB | "
+                     f"{r['tpot_ms']:.2f} | {r['traced_ms_per_tick']:.2f} | {r['device_union_ms_per_tick']:.2f} | "
+                     f"{r['seconds_to_first_batch']:.0f} | {r['weights_bytes'] / 1e9:.2f} GB |")
     for r in report["rows"]:
-        for what in ("kernels", "ops"):
-            if r[what]:
-                lines += ["", f"## {what}, {r['attention']} attention, KV cache {r['kv_cache_bytes'] / 1e9:.2f} GB "
-                          "(per decode tick)", "",
-                          "| ms | calls | name |", "|---|---|---|"]
-                lines += [f"| {k['ms_per_tick']:.3f} | {k['calls_per_tick']:.1f} | `{k['name'][:120]}` |"
-                          for k in r[what]]
+        head = f"{r['layer_loop']}, {r['requests']} x {r['prompt']} (per decode tick)"
+        lines += ["", f"## {head}", "", "| stream | busy ms |", "|---|---|"]
+        lines += [f"| {k} | {v:.3f} |" for k, v in sorted(r["streams"].items(), key=lambda kv: -kv[1])]
+        lines += _table("kernels", r["kernels"]) + _table("by issuing HLO op", r["hlo_ops"])
+        lines += _table("copies by size", r["copies"]) + _table("copies by issuing HLO op", r["copy_ops"])
     mpath.write_text("\n".join(lines) + "\n")
     return jpath, mpath
 
@@ -147,7 +229,8 @@ def write_report(report, out_dir: Path):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--small", action="store_true", help="tiny model on the CPU: a dry run of the code paths")
-    ap.add_argument("--prompt", type=int, default=8192)
+    ap.add_argument("--model", choices=("llama3-8b", "llama-31m"), default="llama3-8b")
+    ap.add_argument("--prompt", type=int, default=8192, help="the one-request row's prompt")
     ap.add_argument("--new", type=int, default=32)
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
@@ -156,18 +239,20 @@ def main(argv=None):
         return 2
     start = time.perf_counter()
     log = lambda msg: print(f"[{time.perf_counter() - start:6.1f}s] {msg}", flush=True)  # noqa: E731
-    cfg = TINY if args.small else LLAMA3_8B
-    prompt = min(args.prompt, 256) if args.small else args.prompt
-    small_kv, big_kv = (dict(num_pages=512), dict(num_pages=8192)) if args.small else \
-        (dict(kv_cache_memory_gb=4.0), dict(kv_cache_memory_gb=30.0))
-    runs = [("pallas", small_kv), ("pallas", big_kv), ("xla", big_kv)]
-    report = dict(device=jax.devices()[0].device_kind, jax=jax.__version__, prompt=prompt, new=args.new,
-                  model="tiny" if args.small else "llama3-8b shape", rows=[])
+    small_model = args.model == "llama-31m"
+    cfg = TINY if args.small else LLAMA_31M if small_model else LLAMA3_8B
+    batches = ([(1, min(args.prompt, 256)), (4, 64)] if args.small else
+               [(1, args.prompt), (16, 512) if small_model else (32, 1024)])
+    kv = dict(num_pages=1024) if args.small else dict(kv_cache_memory_gb=4.0 if small_model else 30.0)
+    layers = cfg["num_hidden_layers"]
+    report = dict(device=jax.devices()[0].device_kind, jax=jax.__version__, new=args.new,
+                  model="tiny" if args.small else args.model, rows=[])
     with tempfile.TemporaryDirectory() as tmp:
         d = write_model_dir(Path(tmp), "decode-profile", cfg)
-        for backend, kv in runs:
-            report["rows"].append(measure(d, backend, kv, prompt, args.new, log))
-    report["elapsed_s"] = time.perf_counter() - start
+        for unroll in (1, layers):
+            report["rows"] += measure(d, layers, unroll, kv, batches, args.new, log)
+            report["elapsed_s"] = time.perf_counter() - start
+            write_report(report, args.out)  # after each variant: a cut-off run keeps what it measured
     jpath, mpath = write_report(report, args.out)
     log(f"wrote {jpath} and {mpath}")
     return 0

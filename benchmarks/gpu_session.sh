@@ -4,19 +4,19 @@
 # .md reports and session.log are copied beside it (the device tool brings back at most 8 files,
 # and what a killed call had left under $OUT), $OUT defaulting to benchmarks/results/gpu_run/.
 #
-#   bash benchmarks/gpu_session.sh [stage ...]     stages: env kernels kernel-tests hf llama8b profile vs-hf
-#                                                  (default: all, in that order)
+#   bash benchmarks/gpu_session.sh [stage ...]     stages: env kernels kernel-tests hf llama8b profile
+#                                                  profile-31m vs-hf (default: all, in that order)
 # vs-hf (medha-jax vs Hugging Face `generate` on the GPU, #16's offline goal) needs the wheels of
 # `bash benchmarks/hf_wheels.sh`, carried: the image has torch but not transformers.
 # The device tool sends at most 64 MiB of working tree: move benchmarks/results/ aside for the call.
 # With 15 minutes of device time, one call of ~340 s on an H200 (2026-11-27) ran env..llama8b with
 #   ENV_S=40 KERNELS_S=170 KERNEL_TESTS_S=100 HF_S=90 LLAMA8B_S=185
 # and later calls on the still-warm machine (30 s) ran the rest (KERNELS_S=330 for every case).
-# Next lease (2026-11-27): first `bash benchmarks/hf_wheels.sh` here, then one call of ~480 s with
-# carry ["benchmarks/.hf_wheels"] for #16's offline goal and the 8B decode tick's profile:
-#   ENV_S=30 VS_HF_S=300 PROFILE_S=150 bash benchmarks/gpu_session.sh env vs-hf profile
-# and, with the time left, the serial default's kernel and engine timings:
-#   KERNELS_S=200 LLAMA8B_S=180 bash benchmarks/gpu_session.sh kernels llama8b
+# The second lease (2026-11-27) ran `env vs-hf profile` (393 s, carry ["benchmarks/.hf_wheels"]
+# after `bash benchmarks/hf_wheels.sh`) and `llama8b kernels` (254 s on the warm machine).
+# Next lease: where the 8B decode tick's 3.7x and the 31M model's ~7 ms ticks go, decode ticks
+# alone, the layer loop as a scan and unrolled (~450 s; the unrolled 32 layers' compiles are the unknown):
+#   ENV_S=30 PROFILE_S=260 PROFILE31M_S=150 bash benchmarks/gpu_session.sh env profile profile-31m
 # Stage limits (seconds) can be changed with e.g. KERNELS_S=300. A stage that fails or times out
 # is logged and the next one still runs; the exit code is the number of failed stages.
 set -uo pipefail
@@ -27,7 +27,7 @@ mkdir -p "$DEST"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export XLA_PYTHON_CLIENT_MEM_FRACTION="${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.92}"
 PY="${PY:-python3}"
-stages=("$@"); [ ${#stages[@]} -eq 0 ] && stages=(env kernels kernel-tests hf llama8b profile vs-hf)
+stages=("$@"); [ ${#stages[@]} -eq 0 ] && stages=(env kernels kernel-tests hf llama8b profile profile-31m vs-hf)
 failed=0
 run() {  # run NAME LIMIT_S CMD...: tee into $OUT/NAME.log, record rc and seconds
   local name=$1 limit=$2; shift 2
@@ -50,12 +50,14 @@ for s in "${stages[@]}"; do
         tests/kernels/test_kvp_merge.py tests/kernels/test_api.py ;;
     hf) run hf "${HF_S:-200}" $PY benchmarks/engine_gpu.py --hf --budget-s "$(( ${HF_S:-200} - 50 ))" --out "$OUT" ;;
     llama8b) run llama8b "${LLAMA8B_S:-480}" $PY benchmarks/engine_gpu.py --llama8b --budget-s "$(( ${LLAMA8B_S:-480} - 90 ))" --out "$OUT" ;;
-    profile) run profile "${PROFILE_S:-200}" $PY benchmarks/decode_profile_gpu.py --out "$OUT" ;;
+    profile) run profile "${PROFILE_S:-260}" $PY benchmarks/decode_profile_gpu.py --out "$OUT" ;;
+    profile-31m) run profile-31m "${PROFILE31M_S:-150}" $PY benchmarks/decode_profile_gpu.py --model llama-31m \
+        --prompt 16384 --out "$OUT" ;;
     vs-hf) hf_site="$(mktemp -d)"  # transformers beside the image's torch, for the HF worker only
       run vs-hf-install 120 bash -c "for w in benchmarks/.hf_wheels/*.whl; do $PY -m zipfile -e \"\$w\" '$hf_site'; done"  # a wheel is a zip
       run vs-hf "${VS_HF_S:-300}" env XLA_PYTHON_CLIENT_MEM_FRACTION=0.5 $PY benchmarks/vs_hf.py --hf-python "$PY" \
           --hf-path "$hf_site" --device gpu --dtype "${VS_HF_DTYPE:-bfloat16}" --out "$OUT" ;;
-    *) echo "unknown stage $s (env kernels kernel-tests hf llama8b profile vs-hf)"; failed=$((failed + 1)) ;;
+    *) echo "unknown stage $s (env kernels kernel-tests hf llama8b profile profile-31m vs-hf)"; failed=$((failed + 1)) ;;
   esac
 done
 echo "=== $failed failed stage(s); archive $DEST/all.tgz" | tee -a "$OUT/session.log"

@@ -39,6 +39,10 @@ class EngineConfig:
     """Paged attention: "xla" (plain jax.numpy), "pallas" (Pallas kernels; interpret mode off-GPU), "auto" (pallas on GPU, xla elsewhere)."""
     page_size: int = 16
     """Tokens per KV-cache page."""
+    layer_unroll: int = 1
+    """Decoder layers per iteration of the step's layer loop (a `lax.scan` over the stacked
+    weights): 1 keeps one layer's code, compiled once; a value >= the layers on a device unrolls
+    them all (longer compiles, no per-layer slicing of the stacked weights at run time)."""
     num_pages: int | None = None
     """KV-cache pages per kvp group (the KV page budget); default: from kv_cache_memory_gb, else 1024."""
     max_tokens_per_kvp_group: int | None = None
@@ -108,6 +112,8 @@ class EngineConfig:
             raise ValueError(f"num_devices must be >= 1, got {self.num_devices}")
         if self.page_size < 1 or self.page_size & (self.page_size - 1):
             raise ValueError(f"page_size must be a power of two >= 1, got {self.page_size}")
+        if self.layer_unroll < 1:
+            raise ValueError(f"layer_unroll must be >= 1, got {self.layer_unroll}")
         if self.num_pages is not None and self.num_pages < 2:
             raise ValueError(f"num_pages must be >= 2, got {self.num_pages}")
         if self.kv_cache_memory_gb is not None and self.kv_cache_memory_gb <= 0:

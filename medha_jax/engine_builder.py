@@ -181,7 +181,7 @@ def build_device_side(config: EngineConfig, scfg: SchedulerConfig) -> DeviceSide
     executor = Executor(
         model_config, params, mesh, total_pages=pages_per_group * kvp, page_size=page,
         kv_dtype=_kv_dtype(config), ladders=ladders,
-        attention_fn=resolve_attention_backend(config.attention_backend),
+        attention_fn=resolve_attention_backend(config.attention_backend), layer_unroll=config.layer_unroll,
         group_tokens=group_tokens, channel=multihost.Channel() if leader else None, host_slots=host_slots,
     )
     if config.warmup:  # a multi-host follower replays the leader's buckets: it compiles them all first

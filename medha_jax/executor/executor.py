@@ -98,11 +98,12 @@ class Launched:
 class Executor:
     def __init__(self, cfg, params, mesh, *, total_pages: int, page_size: int, kv_dtype,
                  ladders: BucketLadders, attention_fn, group_tokens: int | None = None, channel=None,
-                 host_slots: int = 0):
+                 host_slots: int = 0, layer_unroll: int = 1):
         """total_pages: global page count (kvp groups x pages per group); group_tokens: KV positions
         per kvp group (the KV manager's max_tokens_per_kvp_group; None: all on group 0);
         channel: a `multihost.Channel` when this is the leader of a multi-host mesh; host_slots:
-        pages of host memory for the host KV tier (`swap`; single process only)."""
+        pages of host memory for the host KV tier (`swap`; single process only); layer_unroll:
+        layers per iteration of the step's layer loop (`EngineConfig.layer_unroll`)."""
         lay = sharding.layout(cfg, mesh)
         self.cfg, self.params, self.mesh = cfg, params, mesh
         self.depth, self.kvp = lay.spp, lay.kvp
@@ -121,7 +122,7 @@ class Executor:
         self.acts = init_acts(cfg, mesh, ladders.tokens[-1], self._acts_dtype)
         self.pipe = PipelineSlots(self.depth, self.kvp)
         self.max_seqs = ladders.seqs[-1]
-        self._jitted = jax.jit(make_step(cfg, mesh, attention_fn, sample, self.max_seqs), donate_argnums=(1, 2, 3))
+        self._jitted = jax.jit(make_step(cfg, mesh, attention_fn, sample, self.max_seqs, layer_unroll), donate_argnums=(1, 2, 3))
         specs = sharding.input_specs(stacked=True)
         self._shardings = {f: NamedSharding(mesh, getattr(specs, f)) for f in MODEL_FIELDS}
         self._shardings.update({f: NamedSharding(mesh, sharding.SAMPLING_SPEC) for f in (*SAMPLING_FIELDS, "feed_index")})

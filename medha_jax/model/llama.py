@@ -135,12 +135,18 @@ def embed(params, inp: ModelInputs) -> jnp.ndarray:
     return embed_lookup(params["embed"], inp.token_ids).astype(params["embed"].dtype)
 
 
-def run_layers(params, kv_k, kv_v, x, inp: ModelInputs, cfg: LlamaConfig, attention_fn: AttentionFn):
-    """This stage's layers (the local [L/spp, ...] stack) over x: [T, D] -> (x, kv_k, kv_v)."""
+def run_layers(params, kv_k, kv_v, x, inp: ModelInputs, cfg: LlamaConfig, attention_fn: AttentionFn,
+               unroll: int = 1):
+    """This stage's layers (the local [L/spp, ...] stack) over x: [T, D] -> (x, kv_k, kv_v).
+
+    unroll: layers per loop iteration; >= the local layer count unrolls the loop away, so every
+    layer's weights are static slices of the stack instead of slices at the loop's index (which
+    XLA:GPU may copy out before a matmul library call reads them)."""
     n_local = params["layers"]["wq"].shape[0]
     body = lambda carry, xs: _layer(cfg, inv_freq(cfg), inp, attention_fn, carry, xs)  # noqa: E731
     (x, kv_k, kv_v), _ = lax.scan(
-        body, (x, kv_k, kv_v), (params["layers"], jnp.arange(n_local, dtype=jnp.int32)))
+        body, (x, kv_k, kv_v), (params["layers"], jnp.arange(n_local, dtype=jnp.int32)),
+        unroll=True if unroll >= n_local else unroll)
     return x, kv_k, kv_v
 
 

@@ -35,7 +35,7 @@ from medha_jax.model.llama import AttentionFn, embed, final_logits, local_inputs
 
 
 def _tick(params, kv_k, kv_v, acts, inp: ModelInputs, samp, feed_index, prev_tokens, out_rows, *, cfg: LlamaConfig,
-          attention_fn: AttentionFn, sample_fn, max_seqs: int):
+          attention_fn: AttentionFn, sample_fn, max_seqs: int, layer_unroll: int):
     inp = local_inputs(inp, stacked=True)
     samp = jax.tree.map(lambda a: a[0], samp)  # this group's rows: [S]
     feed_index = feed_index[0]  # feed_index: i32[T], this group's tokens
@@ -48,7 +48,7 @@ def _tick(params, kv_k, kv_v, acts, inp: ModelInputs, samp, feed_index, prev_tok
     if spp > 1:
         stage = lax.axis_index("spp")
         x = jnp.where(stage == 0, x, acts[0, 0, :T].astype(x.dtype))
-    x, kv_k, kv_v = run_layers(params, kv_k, kv_v, x, inp, cfg, attention_fn)
+    x, kv_k, kv_v = run_layers(params, kv_k, kv_v, x, inp, cfg, attention_fn, unroll=layer_unroll)
     # tok: i32[S]; logprob: f32[S]; top_ids: i32[S, K]; top_lps: f32[S, K]
     tok, logprob, top_ids, top_lps = sample_fn(final_logits(params, x, inp, cfg), samp)
     if spp > 1:
@@ -64,7 +64,8 @@ def _tick(params, kv_k, kv_v, acts, inp: ModelInputs, samp, feed_index, prev_tok
     return tok, logprob, top_ids, top_lps, kv_k, kv_v, acts
 
 
-def make_step(cfg: LlamaConfig, mesh: Mesh, attention_fn: AttentionFn, sample_fn, max_seqs: int):
+def make_step(cfg: LlamaConfig, mesh: Mesh, attention_fn: AttentionFn, sample_fn, max_seqs: int,
+              layer_unroll: int = 1):
     """`(params, kv_k, kv_v, acts, inp, samp, feed_index, prev_tokens, out_rows)
         -> (tokens i32[kvp*max_seqs], logprobs f32[kvp*S], top_ids i32[kvp*S, K], top_logprobs
         f32[kvp*S, K], kv_k, kv_v, acts)`.
@@ -77,12 +78,13 @@ def make_step(cfg: LlamaConfig, mesh: Mesh, attention_fn: AttentionFn, sample_fn
     `tokens`, so a sampled token feeds the next step without a host round trip). out_rows
     i32[kvp*S]: the exiting microbatch's rows in its step order, as group * S + row; the outputs
     follow that order (replicated), tokens padded to kvp*max_seqs, the same shape in every
-    bucket. acts: `init_acts(...)` or None when spp == 1. Jittable; donate kv_k, kv_v and acts.
+    bucket. acts: `init_acts(...)` or None when spp == 1. layer_unroll: layers per iteration of the
+    layer loop (`llama.run_layers`). Jittable; donate kv_k, kv_v and acts.
     """
     lay = sharding.layout(cfg, mesh)
     kv = sharding.KV_CACHE_SPEC
     per_device = functools.partial(_tick, cfg=cfg, attention_fn=attention_fn, sample_fn=sample_fn,
-                                   max_seqs=max_seqs)
+                                   max_seqs=max_seqs, layer_unroll=layer_unroll)
     common = dict(mesh=mesh, check_vma=False)  # see make_forward: the kernels carry no vma types
     inputs = sharding.input_specs(stacked=True)
     grouped = sharding.SAMPLING_SPEC

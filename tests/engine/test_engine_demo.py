@@ -133,6 +133,7 @@ def test_abort_frees_pages_and_reports_abort(llm):
     (dict(mesh="tp=2"), "needs 2 devices but"),
     (dict(dtype="float16"), "dtype"),
     (dict(scheduler_typo=1), "unknown LLM option"),
+    (dict(layer_unroll=0), "layer_unroll must be >= 1, got 0"),
 ])
 def test_bad_engine_options_name_the_problem(kw, match):
     with pytest.raises((ValueError, TypeError), match=match):

@@ -58,6 +58,23 @@ def test_greedy_tokens_equal_transformers(variant, spelling, tp, tmp_path):
     assert llm.engine.kv_manager.num_free_pages == llm.engine.kv_manager.num_total_pages
 
 
+
+def test_unrolled_layer_loop_gives_transformers_tokens():
+    """layer_unroll >= the layer count: no loop of the step program carries the [L, ...] KV cache
+    any more (the default's layer loop does), and the greedy tokens are still transformers'."""
+    golden = _golden("tiny-llama3")
+    layer_loops = {}
+    for unroll in (1, 2):  # tiny-llama3 has 2 layers
+        llm = _llm(str(DATA / "tiny-llama3"), 1, layer_unroll=unroll)
+        ex = llm.engine.executor
+        text = ex._jitted.lower(*ex._abstract_args(ex.ladders.pick(1, 1, 1))).as_text()
+        kv = "tensor<" + "x".join(map(str, ex.kv_k.shape)) + "x"  # the whole stacked cache
+        layer_loops[unroll] = sum(kv in line for line in text.splitlines() if "stablehlo.while" in line)
+    assert layer_loops == {1: 1, 2: 0}
+    sp = SamplingParams(max_tokens=golden["new_tokens"], temperature=0.0, ignore_eos=True)
+    outs = llm.generate([p["token_ids"] for p in golden["prompts"]], sp)
+    assert [o.token_ids for o in outs] == [p["greedy"] for p in golden["prompts"]]
+
 @pytest.mark.slow
 @pytest.mark.parametrize("variant,tp", [("tiny-llama2", 2), ("tiny-llama-tied", 1)])
 def test_other_variants_greedy_tokens_equal_transformers(variant, tp, tmp_path):
