@@ -20,7 +20,8 @@ running every job on both systems, the order reversed every other round; every p
 (the same for both systems), so medha-jax's prefix cache never skips a prefill HF has to do ->
   offline: 16 prompts x 512 tokens, 64 new, greedy (HF: one `generate` call on the batch)
   prefill: one prompt of 2K / 8K / 16K tokens, max_tokens=1 (HF: one forward, last logits only)
--> medians, medha-jax / HF throughput ratios, greedy-token agreement, load averages ->
+-> one more medha-jax pass of each job with the device timeline on (its ticks, ms a tick, device
+idle between ticks) -> medians, medha-jax / HF throughput ratios, greedy-token agreement, load averages ->
 results/vs_hf_{cpu,<gpu>}.{json,md}.
 """
 
@@ -43,6 +44,23 @@ from results_io import device_slug, provenance, run_info, write_results  # noqa:
 
 RESULTS = Path(__file__).resolve().parent / "results"
 HERE = Path(__file__).resolve().parent
+
+
+def medha_ticks(llm, run) -> dict:
+    """One more pass of a job with the executor's DeviceTimeline on: how many ticks it took and the
+    fraction of its span the device sat idle between them (the host's share, asynchronous
+    scheduling included)."""
+    from medha_jax.executor.device_timeline import DeviceTimeline
+    ex, switch = llm.engine.executor, sys.getswitchinterval()
+    ex.timeline = DeviceTimeline()
+    sys.setswitchinterval(1e-4)  # the watcher thread stamps a tick's end promptly (engine_gpu.py does the same)
+    try:
+        seconds, _ = run()
+        idle, _, ticks = ex.timeline.idle_fraction()
+    finally:
+        ex.timeline = None
+        sys.setswitchinterval(switch)
+    return dict(ticks=ticks, seconds=seconds, device_idle_fraction=idle)
 
 
 class HFWorker:
@@ -164,6 +182,7 @@ def main(argv=None) -> int:
                 res[who] = toks
             agree[name] = res
             log(f"round {rep + 1} {name}: medha {times[name]['medha'][-1]:.2f} s, hf {times[name]['hf'][-1]:.2f} s")
+    ticks = {name: medha_ticks(llm, lambda m=m: m(args.repeats + 1)) for name, m, _ in jobs}  # after the timed rounds
     rows = []
     for name, _, _ in jobs:
         mm, hm = statistics.median(times[name]["medha"]), statistics.median(times[name]["hf"])
@@ -174,7 +193,7 @@ def main(argv=None) -> int:
         else:
             agreement = "same token" if a["medha"] == a["hf"] else "different token"
         rows.append(dict(job=name, medha_s=mm, hf_s=hm, medha_runs=times[name]["medha"], hf_runs=times[name]["hf"],
-                         speedup=hm / mm, agreement=agreement))
+                         speedup=hm / mm, agreement=agreement, **ticks[name]))
     report = dict(run_info("vs_hf.py", argv, load_before), hf=dict(info, attention=attn, device=loaded["device"]),
                   device=device.device_kind, medha_settings=settings, medha_start_s=start_s,
                   compiles_in_timed_rounds=llm.engine.executor.compiles_after_warmup - compiles_before,
@@ -195,12 +214,14 @@ def main(argv=None) -> int:
              f"prompt, max_tokens=1 (HF: one forward returning the last position's logits). Median of "
              f"{args.repeats} rounds, systems interleaved, order reversed every other round; compiles during "
              f"the timed rounds: {report['compiles_in_timed_rounds']}.", "",
-             "| job | medha-jax | Hugging Face | HF time / medha-jax time | greedy tokens | every run (medha / hf) |",
-             "|---|---|---|---|---|---|"]
+             "| job | medha-jax | Hugging Face | HF time / medha-jax time | greedy tokens | every run (medha / hf) "
+             "| medha-jax ticks, ms a tick, device idle between them (one more pass) |",
+             "|---|---|---|---|---|---|---|"]
     for r in rows:
-        runs = ", ".join(f"{a:.2f}/{b:.2f}" for a, b in zip(r["medha_runs"], r["hf_runs"]))
-        lines.append(f"| {r['job']} | {r['medha_s']:.2f} s | {r['hf_s']:.2f} s | {r['speedup']:.2f}x | "
-                     f"{r['agreement']} | {runs} |")
+        runs = ", ".join(f"{a:.3f}/{b:.3f}" for a, b in zip(r["medha_runs"], r["hf_runs"]))
+        lines.append(f"| {r['job']} | {r['medha_s']:.3f} s | {r['hf_s']:.3f} s | {r['speedup']:.2f}x | "
+                     f"{r['agreement']} | {runs} | {r['ticks']}, {1e3 * r['seconds'] / max(1, r['ticks']):.1f} ms, "
+                     f"{100 * r['device_idle_fraction']:.1f}% |")
     write_results(args.out, name, report, lines)
     return 0
 
