@@ -5,7 +5,7 @@
 # and what a killed call had left under $OUT), $OUT defaulting to benchmarks/results/gpu_run/.
 #
 #   bash benchmarks/gpu_session.sh [stage ...]     stages: env kernels kernel-tests hf llama8b profile
-#                                                  profile-31m vs-hf (default: all, in that order)
+#                                                  profile-31m vs-hf tune (default: all, in that order)
 # vs-hf (medha-jax vs Hugging Face `generate` on the GPU, #16's offline goal) needs the wheels of
 # `bash benchmarks/hf_wheels.sh`, carried: the image has torch but not transformers.
 # The device tool sends at most 64 MiB of working tree: move benchmarks/results/ aside for the call.
@@ -14,9 +14,13 @@
 # and later calls on the still-warm machine (30 s) ran the rest (KERNELS_S=330 for every case).
 # The second lease (2026-11-27) ran `env vs-hf profile` (393 s, carry ["benchmarks/.hf_wheels"]
 # after `bash benchmarks/hf_wheels.sh`) and `llama8b kernels` (254 s on the warm machine).
-# Next lease: where the 8B decode tick's 3.7x and the 31M model's ~7 ms ticks go, decode ticks
-# alone, the layer loop as a scan and unrolled (~450 s; the unrolled 32 layers' compiles are the unknown):
-#   ENV_S=30 PROFILE_S=260 PROFILE31M_S=150 bash benchmarks/gpu_session.sh env profile profile-31m
+# Next lease (15 min, ~40 s of it the start): where the 8B decode tick's 3.7x and the 31M model's
+# ~7 ms ticks go, decode ticks alone, the layer loop as a scan and unrolled (the unrolled 32
+# layers' compile time is the unknown), in one call of at most ~600 s:
+#   ENV_S=30 PROFILE_S=260 VS_HF_S=300 bash benchmarks/gpu_session.sh env profile vs-hf
+# (vs-hf now reports medha-jax's ticks and device idle per job), then with what is left, on the
+# warm machine, the kernels' knobs (benchmarks/kernel_tune_gpu.py), else the 31M decode ticks:
+#   TUNE_S=200 bash benchmarks/gpu_session.sh tune         # or PROFILE31M_S=150 ... profile-31m
 # Stage limits (seconds) can be changed with e.g. KERNELS_S=300. A stage that fails or times out
 # is logged and the next one still runs; the exit code is the number of failed stages.
 set -uo pipefail
@@ -27,7 +31,7 @@ mkdir -p "$DEST"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export XLA_PYTHON_CLIENT_MEM_FRACTION="${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.92}"
 PY="${PY:-python3}"
-stages=("$@"); [ ${#stages[@]} -eq 0 ] && stages=(env kernels kernel-tests hf llama8b profile profile-31m vs-hf)
+stages=("$@"); [ ${#stages[@]} -eq 0 ] && stages=(env kernels kernel-tests hf llama8b profile profile-31m vs-hf tune)
 failed=0
 run() {  # run NAME LIMIT_S CMD...: tee into $OUT/NAME.log, record rc and seconds
   local name=$1 limit=$2; shift 2
@@ -57,7 +61,8 @@ for s in "${stages[@]}"; do
       run vs-hf-install 120 bash -c "for w in benchmarks/.hf_wheels/*.whl; do $PY -m zipfile -e \"\$w\" '$hf_site'; done"  # a wheel is a zip
       run vs-hf "${VS_HF_S:-300}" env XLA_PYTHON_CLIENT_MEM_FRACTION=0.5 $PY benchmarks/vs_hf.py --hf-python "$PY" \
           --hf-path "$hf_site" --device gpu --dtype "${VS_HF_DTYPE:-bfloat16}" --out "$OUT" ;;
-    *) echo "unknown stage $s (env kernels kernel-tests hf llama8b profile profile-31m vs-hf)"; failed=$((failed + 1)) ;;
+    tune) run tune "${TUNE_S:-200}" $PY benchmarks/kernel_tune_gpu.py --budget-s "$(( ${TUNE_S:-200} - 40 ))" --out "$OUT" ;;
+    *) echo "unknown stage $s (env kernels kernel-tests hf llama8b profile profile-31m vs-hf tune)"; failed=$((failed + 1)) ;;
   esac
 done
 echo "=== $failed failed stage(s); archive $DEST/all.tgz" | tee -a "$OUT/session.log"
