@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from medha_jax import LLM, SamplingParams  # noqa: E402
 from medha_jax.executor.buckets import Bucket  # noqa: E402
-from medha_jax.executor.device_timeline import DeviceTimeline  # noqa: E402
+from medha_jax.executor.device_timeline import recording  # noqa: E402
 from medha_jax.executor.executor import compile_events  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -163,15 +163,10 @@ def bench_llama8b(budget_end, log, small=False):
             tw = time.perf_counter()
             llm.generate([prompt_ids(n_in, V, 1000 + j) for j in range(n)], greedy(n_out))
             warm_s = time.perf_counter() - tw
-            ex.timeline, switch = DeviceTimeline(), sys.getswitchinterval()
-            sys.setswitchinterval(1e-4)  # the timeline's watcher stamps a tick's end within 0.1 ms (host_overlap.py)
-            try:
+            with recording(ex) as timeline:
                 with Phase() as ph:
                     outs = llm.generate(prompts, greedy(n_out))
-                idle, idle_s, ticks = ex.timeline.idle_fraction()
-            finally:
-                ex.timeline = None
-                sys.setswitchinterval(switch)
+                idle, idle_s, ticks = timeline.idle_fraction()
             tpots = [o.metrics.tpot for o in outs if o.metrics.tpot is not None]
             ttfts = [o.metrics.ttft for o in outs]
             gen = sum(len(o.token_ids) for o in outs)

@@ -127,7 +127,7 @@ def write_report(report, out_dir: Path):
                   + (f" ({rec['skipped']} variants skipped for time)" if rec["skipped"] else ""), "",
                   "| knobs | ms | vs default | max abs out |", "|---|---|---|---|"]
         timed = sorted((r for r in rec["rows"] if "ms" in r), key=lambda r: r["ms"])
-        for i, r in enumerate(timed):
+        for r in timed:
             knobs = ", ".join(f"{k}={v}" for k, v in r["knobs"].items())
             default = " (default)" if r is rec["rows"][0] else ""
             lines.append(f"| {knobs}{default} | {r['ms']:.3f} | {r.get('vs_default', float('nan')):.2f}x | "

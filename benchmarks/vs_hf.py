@@ -50,16 +50,10 @@ def medha_ticks(llm, run) -> dict:
     """One more pass of a job with the executor's DeviceTimeline on: how many ticks it took and the
     fraction of its span the device sat idle between them (the host's share, asynchronous
     scheduling included)."""
-    from medha_jax.executor.device_timeline import DeviceTimeline
-    ex, switch = llm.engine.executor, sys.getswitchinterval()
-    ex.timeline = DeviceTimeline()
-    sys.setswitchinterval(1e-4)  # the watcher thread stamps a tick's end promptly (engine_gpu.py does the same)
-    try:
+    from medha_jax.executor.device_timeline import recording
+    with recording(llm.engine.executor) as timeline:
         seconds, _ = run()
-        idle, _, ticks = ex.timeline.idle_fraction()
-    finally:
-        ex.timeline = None
-        sys.setswitchinterval(switch)
+        idle, _, ticks = timeline.idle_fraction()
     return dict(ticks=ticks, seconds=seconds, device_idle_fraction=idle)
 
 

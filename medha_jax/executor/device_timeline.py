@@ -8,12 +8,14 @@ A tick starts on the device at max(t_launch, previous t_done) (XLA runs a device
 launch order), so the device waited for the host max(0, t_launch - previous t_done) before each
 tick. A synchronous engine pays its whole host work (schedule, pack, detokenize) in those gaps;
 an engine that launches step n+1 before waiting for step n hides it when the device is the
-slower side. Off by default: the benchmarks switch it on (`executor.timeline = DeviceTimeline()`).
+slower side. Off by default: the benchmarks switch it on for a run with `recording(executor)`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import queue
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -66,3 +68,18 @@ class DeviceTimeline:
             prev = max(prev, b)
         span = prev - done[0][0]
         return idle / span, idle, len(done)
+
+
+@contextlib.contextmanager
+def recording(executor):
+    """Record `executor`'s ticks while inside; yields the DeviceTimeline. The interpreter's thread
+    switch interval is 0.1 ms meanwhile, so the watcher stamps a tick's end promptly
+    (benchmarks/host_overlap.py); both are restored on the way out."""
+    timeline, switch = DeviceTimeline(), sys.getswitchinterval()
+    executor.timeline = timeline
+    sys.setswitchinterval(1e-4)
+    try:
+        yield timeline
+    finally:
+        executor.timeline = None
+        sys.setswitchinterval(switch)
