@@ -35,6 +35,7 @@ import argparse
 import collections
 import glob
 import json
+import os
 import re
 import statistics
 import sys
@@ -155,7 +156,8 @@ def traced_decode(llm, prompts: list[list[int]], sp: SamplingParams, trace_dir: 
     return len(reqs[0].output_token_ids) - n0, wall
 
 
-def measure(model_dir: Path, layers: int, unroll: int, kv: dict, batches, new: int, log) -> list[dict]:
+def measure(model_dir: Path, layers: int, unroll: int, kv: dict, batches, new: int, log):
+    """Yields one row per batch, so a run cut off mid-variant keeps the rows it finished."""
     t0 = time.perf_counter()
     llm = LLM(model=str(model_dir), load_format="dummy", dtype="bfloat16", scheduler="fcfs", mesh="tp=1",
               num_devices=1, attention_backend="pallas", max_model_len=max(4096, 2 * max(p for _, p in batches)),
@@ -164,7 +166,6 @@ def measure(model_dir: Path, layers: int, unroll: int, kv: dict, batches, new: i
     ex = llm.engine.executor
     greedy = SamplingParams(max_tokens=new, temperature=0.0, ignore_eos=True)
     vocab = llm.engine.model_config.vocab_size
-    rows = []
     for count, prompt in batches:
         untimed = llm.generate(batch_prompts(count, prompt, vocab, 0), greedy)  # compiles; its TPOT
         tpot = statistics.median(o.metrics.tpot for o in untimed)
@@ -188,9 +189,8 @@ def measure(model_dir: Path, layers: int, unroll: int, kv: dict, batches, new: i
             f" {compile_s:.0f} s to this batch")
         for k in row["kernels"][:6] + row["copies"]:
             log(f"    {k['ms_per_tick']:8.3f} ms/tick  {k['calls_per_tick']:7.1f} calls  {k['name'][:90]}")
-        rows.append(row)
+        yield row
     llm.close()
-    return rows
 
 
 def _table(title: str, rows: list[dict]) -> list[str]:
@@ -204,12 +204,13 @@ def write_report(report, out_dir: Path):
     out_dir.mkdir(parents=True, exist_ok=True)
     slug = device_slug(report["device"])
     stem = f"decode_profile_{slug}" + ("_31m" if report["model"] == "llama-31m" else "")
+    stem += f"_{report['tag']}" if report.get("tag") else ""
     jpath, mpath = out_dir / f"{stem}.json", out_dir / f"{stem}.md"
     jpath.write_text(json.dumps(report, indent=1, default=str))
     lines = [f"# Decode ticks on {report['device']}", "",
              f"jax {report['jax']}, {report['elapsed_s']:.0f} s; model {report['model']}, {report['new']} greedy tokens a "
              "request; Pallas attention; only decode ticks traced. TPOT: the untraced pass; per tick: over the traced "
-             "decode ticks.", "",
+             "decode ticks." + (f" XLA_FLAGS: `{report['xla_flags']}`." if report.get("xla_flags") else ""), "",
              "| layer loop | requests x prompt | KV cache | TPOT ms | traced ms/tick | device busy ms/tick (union of streams) "
              "| s to this batch (compiles) | weights |", "|---|---|---|---|---|---|---|---|"]
     for r in report["rows"]:
@@ -232,6 +233,9 @@ def main(argv=None):
     ap.add_argument("--model", choices=("llama3-8b", "llama-31m"), default="llama3-8b")
     ap.add_argument("--prompt", type=int, default=8192, help="the one-request row's prompt")
     ap.add_argument("--new", type=int, default=32)
+    ap.add_argument("--loops", default="scan,unrolled",
+                    help="layer loops to run, in order: scan (layer_unroll=1) and/or unrolled (every layer)")
+    ap.add_argument("--tag", default="", help="appended to the results' file names (e.g. the XLA flags' variant)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
     if jax.default_backend() != "gpu" and not args.small:
@@ -245,14 +249,19 @@ def main(argv=None):
                [(1, args.prompt), (16, 512) if small_model else (32, 1024)])
     kv = dict(num_pages=1024) if args.small else dict(kv_cache_memory_gb=4.0 if small_model else 30.0)
     layers = cfg["num_hidden_layers"]
+    loops = {"scan": 1, "unrolled": layers}
+    bad = [name for name in args.loops.split(",") if name not in loops]
+    if bad:
+        ap.error(f"--loops: unknown layer loop(s) {bad}; choose from {sorted(loops)}")
     report = dict(device=jax.devices()[0].device_kind, jax=jax.__version__, new=args.new,
-                  model="tiny" if args.small else args.model, rows=[])
+                  model="tiny" if args.small else args.model, tag=args.tag, xla_flags=os.environ.get("XLA_FLAGS", ""), rows=[])
     with tempfile.TemporaryDirectory() as tmp:
         d = write_model_dir(Path(tmp), "decode-profile", cfg)
-        for unroll in (1, layers):
-            report["rows"] += measure(d, layers, unroll, kv, batches, args.new, log)
-            report["elapsed_s"] = time.perf_counter() - start
-            write_report(report, args.out)  # after each variant: a cut-off run keeps what it measured
+        for name in args.loops.split(","):
+            for row in measure(d, layers, loops[name], kv, batches, args.new, log):
+                report["rows"].append(row)
+                report["elapsed_s"] = time.perf_counter() - start
+                write_report(report, args.out)  # after each row: a cut-off run keeps what it measured
     jpath, mpath = write_report(report, args.out)
     log(f"wrote {jpath} and {mpath}")
     return 0

@@ -50,3 +50,17 @@ def test_decode_profile_dry_run(tmp_path):
         ("scan", 1), ("scan", 4), ("unrolled (2 of 2)", 1), ("unrolled (2 of 2)", 4)]
     assert all(r["tpot_ms"] > 0 and r["traced_ms_per_tick"] > 0 and r["ticks"] >= 4 for r in rows)
     assert (tmp_path / "decode_profile_cpu.md").read_text().startswith("# Decode ticks on cpu")
+
+
+def test_decode_profile_one_loop_tagged(tmp_path):
+    """--loops picks the layer loops (a cut-off GPU run can skip the one already measured), --tag
+    names the files (one call profiles several XLA-flag variants into one folder), and the XLA
+    flags in effect are recorded; an unknown loop is refused by name."""
+    r = _run("--small", "--new", "4", "--loops", "unrolled", "--tag", "probe", "--out", str(tmp_path),
+             script="decode_profile_gpu.py")
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    report = json.loads((tmp_path / "decode_profile_cpu_probe.json").read_text())
+    assert [row["layer_loop"] for row in report["rows"]] == ["unrolled (2 of 2)"] * 2
+    assert report["tag"] == "probe" and "xla_flags" in report
+    bad = _run("--small", "--loops", "scan,while", "--out", str(tmp_path), script="decode_profile_gpu.py", timeout=120)
+    assert bad.returncode == 2 and "while" in bad.stderr
