@@ -52,16 +52,22 @@ class EngineParts:
 
 
 def resolve_attention_backend(name: str):
-    """The paged-attention function for a backend name ("auto": pallas on GPU, xla elsewhere)."""
-    from pallas_kernels.api import paged_attention
+    """The paged-attention function for a backend name ("auto": pallas on GPU, xla elsewhere).
+
+    The pallas one also carries `make_plan(page_table, cu_q_lens, q_offsets, kv_lens, **shapes)`:
+    its per-step plan (`pallas_kernels.api.attention_plan`), which `llama.run_layers` builds once
+    before the layer loop and passes to every layer as `plan=`."""
+    from pallas_kernels.api import attention_plan, paged_attention
 
     if name == "auto":
         name = "pallas" if jax.default_backend() == "gpu" else "xla"
 
-    def attention_fn(*args, scale, **kv_scales):
-        return paged_attention(*args, scale=scale, backend=name, **kv_scales)
+    def attention_fn(*args, scale, plan=None, **kv_scales):
+        return paged_attention(*args, scale=scale, backend=name, plan=plan, **kv_scales)
 
     attention_fn.backend = name
+    if name == "pallas":
+        attention_fn.make_plan = attention_plan
     return attention_fn
 
 

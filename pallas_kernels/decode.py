@@ -10,11 +10,14 @@ Data flow:
 
 The contract wrapper is for decode batches: every sequence's first query token is computed
 as a decode; later tokens of a sequence (which a decode batch does not have) get (0, -inf).
-`decode_row` is the decode branch of the fused POD kernel (`pod.py`).
+The metadata half (`decode_plan`) and the kernel half (`decode_run`) are separate so that a model
+builds the plan once per step for all its layers (`serial.serial_plan`). `decode_row` is the
+decode branch of the fused POD kernel (`pod.py`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -89,32 +92,68 @@ def decode_attention(q, k_pages, v_pages, page_table, cu_q_lens, q_offsets, kv_l
     return combine.assemble([part], q.dtype)
 
 
-def decode_part(q, k_pages, v_pages, page_table, cu_q_lens, q_offsets, kv_lens, *, scale,
-                config: KernelConfig, interpret: bool | None, splits: int | None = None,
-                k_scales=None, v_scales=None, decodes_only: bool = False):
-    """The kernel on each sequence's first query token -> (out f32[T, H, Dh], lse f32[T, H],
-    owned bool[T]), for `combine.assemble`. decodes_only: sequences with more than one query token
-    are left out (no keys walked, nothing owned): a hybrid batch's prefills go to another kernel."""
-    kv = metadata.check_shapes(q, k_pages, v_pages, k_scales, v_scales)
-    T, H, Dh = q.shape
-    N, page_size, KVH, _ = k_pages.shape
-    G = H // KVH
-    tiles = config.tiles(G, page_size)
-    table = metadata.pad_page_table(page_table, num_pages=N, block_pages=tiles.block_pages)
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class DecodePlan:
+    """What the decode kernel derives from the batch metadata alone: built once per model step,
+    it serves every layer (`with_first_page` points it at one layer's pages)."""
+
+    table: jax.Array  # i32[S, P'] page ids in [0, num_pages), padded to whole KV blocks
+    cu_q_lens: jax.Array  # i32[S+1]
+    q_offsets: jax.Array  # i32[S]
+    kv_lens: jax.Array  # i32[S] clamped to the table; 0 for a sequence the kernel leaves out
+    tok_seq: jax.Array  # i32[T] each token's sequence
+    owned: jax.Array  # bool[T] the tokens the kernel computes (each decoded sequence's first)
+    splits: int = dataclasses.field(metadata=dict(static=True))  # KV splits per (sequence, kv head)
+
+    def with_first_page(self, first_page) -> "DecodePlan":
+        """The plan over pages [first_page, first_page + num_pages) of a larger (flattened) cache."""
+        return dataclasses.replace(self, table=self.table + first_page)
+
+
+def decode_plan(page_table, cu_q_lens, q_offsets, kv_lens, *, num_tokens: int, tiles: Tiles, num_pages: int,
+                config: KernelConfig, splits: int | None = None, decodes_only: bool = False) -> DecodePlan:
+    """Lengths, splits and token owners of a decode launch. decodes_only: sequences with more than
+    one query token are left out (no keys walked, nothing owned): a hybrid batch's prefills go
+    to another kernel."""
+    table = metadata.pad_page_table(page_table, num_pages=num_pages, block_pages=tiles.block_pages)
     max_blocks = table.shape[1] // tiles.block_pages  # no split can start past the table's end
     splits = min(config.max_decode_splits if splits is None else splits, max_blocks)
-    kv_lens = metadata.clamp_kv_lens(kv_lens, max_pages=page_table.shape[1], page_size=page_size)
+    kv_lens = metadata.clamp_kv_lens(kv_lens, max_pages=page_table.shape[1], page_size=tiles.page_size)
     cu_q_lens = cu_q_lens.astype(jnp.int32)
     is_decode = metadata.seq_lengths(cu_q_lens) == 1  # is_decode: bool[S]
     if decodes_only:
         kv_lens = jnp.where(is_decode, kv_lens, 0)  # a prefill's program walks no keys
-    o_part, lse_part = decode_call(
-        cu_q_lens, q_offsets.astype(jnp.int32), kv_lens, table, q, kv, tiles=tiles,
-        scale=scale, splits=splits, config=config, interpret=resolve_interpret(interpret))
-    o_seq, lse_seq = merge_attention(jnp.moveaxis(o_part, 2, 0), jnp.moveaxis(lse_part, 2, 0))
-    S = q_offsets.shape[0]
-    tseq, loc, valid = metadata.token_sequences(cu_q_lens, T)
+    tseq, loc, valid = metadata.token_sequences(cu_q_lens, num_tokens)
     owned = valid & (loc == 0) & (is_decode[tseq] if decodes_only else True)
+    return DecodePlan(table, cu_q_lens, q_offsets.astype(jnp.int32), kv_lens, tseq, owned, splits)
+
+
+def decode_run(q, kv, plan: DecodePlan, *, tiles: Tiles, scale: float, config: KernelConfig,
+               interpret: bool | None):
+    """The kernel on each planned sequence's first query token -> (out f32[T, H, Dh],
+    lse f32[T, H], owned bool[T]), for `combine.assemble`. kv: (k_pages, v_pages[, scales])."""
+    _, _, Dh = q.shape
+    KVH = kv[0].shape[2]
+    S = plan.q_offsets.shape[0]
+    o_part, lse_part = decode_call(
+        plan.cu_q_lens, plan.q_offsets, plan.kv_lens, plan.table, q, kv, tiles=tiles,
+        scale=scale, splits=plan.splits, config=config, interpret=resolve_interpret(interpret))
+    o_seq, lse_seq = merge_attention(jnp.moveaxis(o_part, 2, 0), jnp.moveaxis(lse_part, 2, 0))
     out, lse = combine.gather_tokens(o_seq.reshape(S * KVH, tiles.MD, Dh), lse_seq.reshape(S * KVH, tiles.MD),
-                                     tseq, jnp.zeros_like(tseq), kv_heads=KVH, groups=G)
-    return out, lse, owned
+                                     plan.tok_seq, jnp.zeros_like(plan.tok_seq), kv_heads=KVH, groups=tiles.G)
+    return out, lse, plan.owned
+
+
+def decode_part(q, k_pages, v_pages, page_table, cu_q_lens, q_offsets, kv_lens, *, scale,
+                config: KernelConfig, interpret: bool | None, splits: int | None = None,
+                k_scales=None, v_scales=None, decodes_only: bool = False):
+    """The kernel on each sequence's first query token -> (out f32[T, H, Dh], lse f32[T, H],
+    owned bool[T]), for `combine.assemble`. decodes_only: as `decode_plan`."""
+    kv = metadata.check_shapes(q, k_pages, v_pages, k_scales, v_scales)
+    T, H, _ = q.shape
+    N, page_size, KVH, _ = k_pages.shape
+    tiles = config.tiles(H // KVH, page_size)
+    plan = decode_plan(page_table, cu_q_lens, q_offsets, kv_lens, num_tokens=T, tiles=tiles, num_pages=N,
+                       config=config, splits=splits, decodes_only=decodes_only)
+    return decode_run(q, kv, plan, tiles=tiles, scale=scale, config=config, interpret=interpret)

@@ -80,6 +80,10 @@ class PodPlan:
     pre: worklist.Work
     dec: worklist.Work
 
+    def with_first_page(self, first_page) -> "PodPlan":
+        """The plan over pages [first_page, first_page + num_pages) of a larger (flattened) cache."""
+        return dataclasses.replace(self, table=self.table + first_page)
+
 
 def pod_plan(page_table, cu_q_lens, q_offsets, kv_lens, *, num_tokens: int, num_heads: int,
              kv_heads: int, page_size: int, num_pages: int,

@@ -8,11 +8,14 @@ Data flow:
   and write a partial (o, lse) to its slot -> `combine` merges splits and scatters back to
   tokens -> (out [T, H, Dh], lse f32[T, H]).
 
-`prefill_row` is also the prefill branch of the fused POD kernel (`pod.py`).
+The metadata half (`prefill_plan`: page table, work list, launch order) and the kernel half
+(`prefill_run`) are separate so that a model builds the plan once per step for all its layers
+(`serial.serial_plan`). `prefill_row` is also the prefill branch of the fused POD kernel (`pod.py`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -70,22 +73,51 @@ def prefill_attention(q, k_pages, v_pages, page_table, cu_q_lens, q_offsets, kv_
     return combine.assemble([part], q.dtype)
 
 
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class PrefillPlan:
+    """What the prefill kernel derives from the batch metadata alone: built once per model step,
+    it serves every layer (`with_first_page` points it at one layer's pages)."""
+
+    table: jax.Array  # i32[S, P'] page ids in [0, num_pages), padded to whole KV blocks
+    work: worklist.Work
+    launch_rows: jax.Array  # i32[R', NCOL] work rows in launch order (longest first, NOOP-padded)
+
+    def with_first_page(self, first_page) -> "PrefillPlan":
+        """The plan over pages [first_page, first_page + num_pages) of a larger (flattened) cache."""
+        return dataclasses.replace(self, table=self.table + first_page)
+
+
+def prefill_plan(page_table, cu_q_lens, q_offsets, kv_lens, *, num_tokens: int, kv_heads: int, tiles: Tiles,
+                 num_pages: int, config: KernelConfig, min_len: int = 1) -> PrefillPlan:
+    """Tiles of the sequences with >= min_len query tokens, their KV splits and launch order."""
+    table = metadata.pad_page_table(page_table, num_pages=num_pages, block_pages=tiles.block_pages)
+    kv_lens = metadata.clamp_kv_lens(kv_lens, max_pages=page_table.shape[1], page_size=tiles.page_size)
+    work = worklist.prefill_work(cu_q_lens.astype(jnp.int32), q_offsets.astype(jnp.int32), kv_lens,
+                                 num_tokens=num_tokens, kv_heads=kv_heads, tiles=tiles, config=config,
+                                 min_len=min_len)
+    return PrefillPlan(table, work, worklist.order_rows(work))
+
+
+def prefill_run(q, kv, plan: PrefillPlan, *, tiles: Tiles, scale: float, config: KernelConfig,
+                interpret: bool | None):
+    """The kernel over a plan's tiles -> (out f32[T, H, Dh], lse f32[T, H], owned bool[T]: the
+    tokens it computed), for `combine.assemble`. kv: (k_pages, v_pages[, k_scales, v_scales])."""
+    o_rows, lse_rows = prefill_call(
+        plan.launch_rows, plan.table, q, kv, num_slots=plan.work.rows.shape[0],
+        tiles=tiles, scale=scale, config=config, interpret=resolve_interpret(interpret))
+    return combine.finish(plan.work, o_rows, lse_rows, kv_heads=kv[0].shape[2], groups=tiles.G)
+
+
 def prefill_part(q, k_pages, v_pages, page_table, cu_q_lens, q_offsets, kv_lens, *, scale,
                  config: KernelConfig, interpret: bool | None, k_scales=None, v_scales=None,
                  min_len: int = 1):
     """The kernel over the sequences with >= min_len query tokens -> (out f32[T, H, Dh],
     lse f32[T, H], owned bool[T]: the tokens it computed), for `combine.assemble`."""
     kv = metadata.check_shapes(q, k_pages, v_pages, k_scales, v_scales)
-    T, H, Dh = q.shape
+    T, H, _ = q.shape
     N, page_size, KVH, _ = k_pages.shape
     tiles = config.tiles(H // KVH, page_size)
-    table = metadata.pad_page_table(page_table, num_pages=N, block_pages=tiles.block_pages)
-    kv_lens = metadata.clamp_kv_lens(kv_lens, max_pages=page_table.shape[1], page_size=page_size)
-    cu_q_lens, q_offsets = cu_q_lens.astype(jnp.int32), q_offsets.astype(jnp.int32)
-    work = worklist.prefill_work(cu_q_lens, q_offsets, kv_lens, num_tokens=T, kv_heads=KVH,
-                                 tiles=tiles, config=config, min_len=min_len)
-    o_rows, lse_rows = prefill_call(
-        worklist.order_rows(work), table, q, kv, num_slots=work.rows.shape[0],
-        tiles=tiles, scale=scale, config=config, interpret=resolve_interpret(interpret))
-    return combine.finish(work, o_rows, lse_rows, kv_heads=KVH, groups=tiles.G)
-
+    plan = prefill_plan(page_table, cu_q_lens, q_offsets, kv_lens, num_tokens=T, kv_heads=KVH, tiles=tiles,
+                        num_pages=N, config=config, min_len=min_len)
+    return prefill_run(q, kv, plan, tiles=tiles, scale=scale, config=config, interpret=interpret)

@@ -6,6 +6,7 @@ K = KVHr/tp kv heads, Dh head width, F/tp MLP columns, V/tp vocab rows):
 Each kvp group runs its own batch of T tokens (`model.inputs`); x is that group's.
 
     token_ids -> vocab-parallel embedding lookup, psum(tp)            x: [T, D]
+    batch metadata -> the attention backend's plan (pallas: the kernels' work lists), once a step
     per local layer (lax.scan over the [L/spp, ...] stack):
         RMSNorm -> q [T, H/tp, Dh], k/v [T, K, Dh] -> RoPE(q, k) (fp8 cache: q, k @ key_rotation)
         kvp == 1: write k/v at slot_mapping into this layer's pages (slot -1 dropped)
@@ -76,8 +77,35 @@ def local_inputs(inp: ModelInputs, stacked: bool) -> ModelInputs:
     return jax.tree.map(lambda a: a.reshape(a.shape[n:]), inp)
 
 
-def _attend(attention_fn: AttentionFn, q, k, v, kv_k, kv_v, layer, inp: ModelInputs, scale: float):
-    """Write this step's K/V and attend: (o [T, H/tp, Dh], kv_k, kv_v).
+def _source_cu_q_lens(inp: ModelInputs) -> jnp.ndarray:
+    """cu_q_lens of every kvp group's batch: i32[kvp, S+1] (this group's alone when kvp == 1)."""
+    if lax.axis_size("kvp") == 1:
+        return inp.cu_q_lens[None]
+    return lax.all_gather(inp.cu_q_lens, "kvp")
+
+
+def _pages(kv_k) -> jnp.ndarray:
+    """The page values [Ll, N, page, K, Dh] (fp8 caches carry scales beside them)."""
+    return kv_k.values if isinstance(kv_k, kv_cache.QuantizedPages) else kv_k
+
+
+def attention_plans(attention_fn: AttentionFn, kv_k, inp: ModelInputs, num_tokens: int, num_heads: int):
+    """The attention backend's per-step plan for each kvp source group's batch, built from the step's
+    metadata alone (the pallas kernels' work lists), or None for a backend without one (xla).
+
+    Built once before the layer loop and closed over by it, so it runs once a step: inside the
+    scan XLA:GPU ran it in every layer (a sort and searchsorted loops per layer on an H200)."""
+    make = getattr(attention_fn, "make_plan", None)
+    if make is None:
+        return None
+    _, N, page, K, _ = _pages(kv_k).shape
+    cus = _source_cu_q_lens(inp)  # cus: i32[kvp, S+1]
+    return [make(inp.page_table[j], cus[j], inp.q_offsets[j], inp.kv_lens[j], num_tokens=num_tokens,
+                 num_heads=num_heads, kv_heads=K, page_size=page, num_pages=N) for j in range(cus.shape[0])]
+
+
+def _attend(attention_fn: AttentionFn, q, k, v, kv_k, kv_v, layer, inp: ModelInputs, scale: float, plans=None):
+    """Write this step's K/V and attend: (o [T, H/tp, Dh], kv_k, kv_v). plans: `attention_plans`.
 
     kvp > 1: each group holds a share of some sequences' keys (a long one's earlier blocks live
     on other groups than its owner). Every group all-gathers the query, key and value tokens of
@@ -86,19 +114,23 @@ def _attend(attention_fn: AttentionFn, q, k, v, kv_k, kv_v, layer, inp: ModelInp
     lse -inf), and all_to_all returns each group's partial outputs to the tokens' owners, which
     merge them by log-sum-exp."""
     groups = lax.axis_size("kvp")
+    cus = _source_cu_q_lens(inp)  # cus: i32[kvp, S+1]
     if groups == 1:  # nothing to exchange: this group's own tokens are every token
-        qs, ks, vs, cus = q[None], k[None], v[None], inp.cu_q_lens[None]
+        qs, ks, vs = q[None], k[None], v[None]
     else:
         qs, ks, vs = (lax.all_gather(a, "kvp") for a in (q, k, v))  # qs: [kvp, T, H/tp, Dh]; ks, vs: [kvp, T, K, Dh]
-        cus = lax.all_gather(inp.cu_q_lens, "kvp")  # cus: i32[kvp, S+1]
     for j in range(groups):
         kv_k = kv_cache.write(kv_k, layer, inp.slot_mapping[j], ks[j], cus[j])
         kv_v = kv_cache.write(kv_v, layer, inp.slot_mapping[j], vs[j], cus[j])
     # Attention reads one layer without slicing it out: slicing kv_k[layer] made XLA copy a whole
     # layer of cache every layer of every step (step time grew with the cache size, not the batch).
     k_pages, v_pages, table, kv_scales = kv_cache.layer_view(kv_k, kv_v, layer, inp.page_table)
-    parts = [attention_fn(qs[j], k_pages, v_pages, table[j], cus[j], inp.q_offsets[j], inp.kv_lens[j],
-                          scale=scale, **kv_scales) for j in range(groups)]
+    parts = []
+    for j in range(groups):
+        if plans is not None:  # the step's plan, moved to this layer's pages of the flattened cache
+            kv_scales["plan"] = plans[j].with_first_page(layer * _pages(kv_k).shape[1])
+        parts.append(attention_fn(qs[j], k_pages, v_pages, table[j], cus[j], inp.q_offsets[j], inp.kv_lens[j],
+                                  scale=scale, **kv_scales))
     if groups == 1:
         return parts[0][0], kv_k, kv_v  # out: [T, H/tp, Dh]
     outs = jnp.stack([o for o, _ in parts])  # outs: [kvp, T, H/tp, Dh], row j: group j's queries
@@ -108,7 +140,7 @@ def _attend(attention_fn: AttentionFn, q, k, v, kv_k, kv_v, layer, inp: ModelInp
     return merge_attention(outs, lses)[0], kv_k, kv_v
 
 
-def _layer(cfg: LlamaConfig, freq, inp: ModelInputs, attention_fn: AttentionFn, carry, xs):
+def _layer(cfg: LlamaConfig, freq, inp: ModelInputs, attention_fn: AttentionFn, plans, carry, xs):
     x, kv_k, kv_v = carry  # x: [T, D]; kv_k, kv_v: [Ll, N, page, K, Dh]
     lp, layer = xs  # lp: this layer's weights (leading layer axis removed)
     y = rms_norm(x, lp["attn_norm"], cfg.rms_norm_eps)
@@ -119,7 +151,7 @@ def _layer(cfg: LlamaConfig, freq, inp: ModelInputs, attention_fn: AttentionFn, 
     k = apply_rope(k, inp.positions, freq)
     if isinstance(kv_k, kv_cache.QuantizedPages):  # fp8 keys are stored rotated (`kv_cache`)
         q, k = kv_cache.rotate_for_fp8(q), kv_cache.rotate_for_fp8(k)
-    attn, kv_k, kv_v = _attend(attention_fn, q, k, v, kv_k, kv_v, layer, inp, cfg.head_dim ** -0.5)  # [T, H/tp, Dh]
+    attn, kv_k, kv_v = _attend(attention_fn, q, k, v, kv_k, kv_v, layer, inp, cfg.head_dim ** -0.5, plans)  # [T, H/tp, Dh]
     o = jnp.einsum("thk,hkd->td", attn.astype(x.dtype), lp["wo"])  # o: [T, D] partial sum
     x = x + psum_tp(o)
     y = rms_norm(x, lp["mlp_norm"], cfg.rms_norm_eps)
@@ -142,8 +174,9 @@ def run_layers(params, kv_k, kv_v, x, inp: ModelInputs, cfg: LlamaConfig, attent
     unroll: layers per loop iteration; >= the local layer count unrolls the loop away, so every
     layer's weights are static slices of the stack instead of slices at the loop's index (which
     XLA:GPU may copy out before a matmul library call reads them)."""
-    n_local = params["layers"]["wq"].shape[0]
-    body = lambda carry, xs: _layer(cfg, inv_freq(cfg), inp, attention_fn, carry, xs)  # noqa: E731
+    n_local, _, heads, _ = params["layers"]["wq"].shape  # wq: [L/spp, D, H/tp, Dh]
+    plans = attention_plans(attention_fn, kv_k, inp, x.shape[0], heads)  # once a step, not once a layer
+    body = lambda carry, xs: _layer(cfg, inv_freq(cfg), inp, attention_fn, plans, carry, xs)  # noqa: E731
     (x, kv_k, kv_v), _ = lax.scan(
         body, (x, kv_k, kv_v), (params["layers"], jnp.arange(n_local, dtype=jnp.int32)),
         unroll=True if unroll >= n_local else unroll)

@@ -3,9 +3,11 @@ the XLA backend and as Hugging Face, on prompts spanning many pages and in hybri
 where decodes of finished prompts share batches with prefill chunks of others, and on two kvp
 groups running their own batches."""
 
+import collections
 import json
 from pathlib import Path
 
+import jax
 import pytest
 
 from medha_jax import LLM, SamplingParams
@@ -44,3 +46,46 @@ def test_pallas_backend_on_kvp_groups_matches_transformers():
               max_num_batched_tokens=128, max_num_seqs=8, min_token_bucket=128, min_seq_bucket=8, warmup=False)
     assert max(len(p["token_ids"]) for p in cases) > 160
     assert [o.token_ids for o in llm.generate([p["token_ids"] for p in cases], sp)] == [p["greedy"] for p in cases]
+
+
+def _primitives(jaxpr) -> collections.Counter:
+    """Primitive names in a jaxpr and every jaxpr nested in its equations' parameters."""
+    names = collections.Counter()
+    for eqn in jaxpr.eqns:
+        names[eqn.primitive.name] += 1
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (tuple, list)) else (value,):
+                sub = getattr(sub, "jaxpr", sub)  # a ClosedJaxpr holds its Jaxpr
+                if hasattr(sub, "eqns"):
+                    names.update(_primitives(sub))
+    return names
+
+
+def test_work_lists_are_built_once_a_step_not_once_a_layer():
+    """The Pallas kernels' work lists (a sort, a cumsum) come from the step's metadata alone, so the
+    engine step builds them before its layer loop (`llama.attention_plans`): the scan over the
+    layers holds the kernels and no sort. XLA:GPU did not move them out of the loop itself."""
+    llm = LLM(model=MODEL, attention_backend="pallas", scheduler="fcfs", max_model_len=1024, num_pages=64,
+              page_size=16, max_num_batched_tokens=64, max_num_seqs=4, warmup=False)
+    ex = llm.engine.executor
+    step = jax.make_jaxpr(ex._jitted)(*ex._abstract_args(ex.ladders.pick(1, 1, 1))).jaxpr
+    everything = _primitives(step)
+    layer_scans = []
+
+    def find(jaxpr):
+        for eqn in jaxpr.eqns:
+            for value in eqn.params.values():
+                for sub in value if isinstance(value, (tuple, list)) else (value,):
+                    sub = getattr(sub, "jaxpr", sub)
+                    if hasattr(sub, "eqns"):
+                        if eqn.primitive.name == "scan" and _primitives(sub)["pallas_call"]:
+                            layer_scans.append(_primitives(sub))
+                        else:
+                            find(sub)
+
+    find(step)
+    assert len(layer_scans) == 1
+    inside = layer_scans[0]
+    assert inside["pallas_call"] == 2  # the prefill and the decode kernel, once per layer
+    assert inside["sort"] == 0 and inside["cumsum"] == 0
+    assert everything["sort"] >= 1 and everything["cumsum"] >= 1  # built once, outside the loop

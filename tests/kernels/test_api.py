@@ -45,14 +45,14 @@ def test_xla_backend_matches_reference(make_batch, seqs, check, run):
 
 
 def test_plan_built_once_serves_every_layer(make_batch, seqs, check, run):
-    """A model builds the POD plan once per step (it depends only on metadata) and reuses it
-    in every layer; the plan also crosses a jit boundary as an argument."""
+    """A model builds the plan once per step (it depends only on metadata) and reuses it in every
+    layer; the plan also crosses a jit boundary as an argument (SMALL: the serial kernels' plan)."""
     args = make_batch(seqs(8), H=8, KVH=2, Dh=64, page=8)
     q, k, v, table, cu, qoff, kv = args
     k2, v2 = k[::-1], v * 0.5  # a second layer's cache
     N, page, KVH, _ = k.shape
 
-    plan = jax.jit(lambda table, cu, qoff, kv: api.pod_plan(
+    plan = jax.jit(lambda table, cu, qoff, kv: api.attention_plan(
         table, cu, qoff, kv, num_tokens=q.shape[0], num_heads=q.shape[1], kv_heads=KVH,
         page_size=page, num_pages=N, config=SMALL))(table, cu, qoff, kv)
 

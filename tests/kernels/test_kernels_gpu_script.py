@@ -41,6 +41,7 @@ def test_interpret_timing_code_paths_run(bench, tmp_path):
     report = json.loads(next(tmp_path.glob("kernels_*.json")).read_text())
     kinds = {c["kind"]: c for c in report["cases"]}
     assert set(kinds) == {"prefill", "decode", "hybrid"}
-    assert {"ours_prefill", "ours_pod"} <= set(kinds["prefill"]["ms"])
-    assert {"ours_decode", "ours_pod", "intree_gqa", "intree_paged"} <= set(kinds["decode"]["ms"])
-    assert {"ours_pod", "serial_ours"} <= set(kinds["hybrid"]["ms"]) and "fusion_speedup" in kinds["hybrid"]
+    assert {"ours_prefill", "ours_pod", "ours_serial_planned"} <= set(kinds["prefill"]["ms"])
+    assert {"ours_decode", "ours_pod", "ours_serial_planned", "intree_gqa", "intree_paged"} <= set(kinds["decode"]["ms"])
+    assert {"ours_pod", "serial_ours", "ours_serial_planned"} <= set(kinds["hybrid"]["ms"])
+    assert "fusion_speedup" in kinds["hybrid"]
