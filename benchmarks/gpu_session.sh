@@ -5,7 +5,8 @@
 # and what a killed call had left under $OUT), $OUT defaulting to benchmarks/results/gpu_run/.
 #
 #   bash benchmarks/gpu_session.sh [stage ...]     stages: env kernels kernel-tests hf llama8b profile
-#                                                  profile-cublas profile-31m vs-hf tune (default: all, in order)
+#                                                  profile-unrolled profile-cublas profile-31m vs-hf tune
+#                                                  (default: all, in order)
 # vs-hf (medha-jax vs Hugging Face `generate` on the GPU, #16's offline goal) needs the wheels of
 # `bash benchmarks/hf_wheels.sh`, carried: the image has torch but not transformers.
 # The device tool sends at most 64 MiB of working tree: move benchmarks/results/ aside for the call.
@@ -19,12 +20,16 @@
 # 8.2 ms a token against the scan's 21.1 (gemms at 4.8 TB/s), but its compile took 134 s to the first
 # batch and the 32 x 1,024 batch was still compiling when the stage's 260 s ran out. A scan with
 # only --xla_gpu_enable_dynamic_slice_fusion changed nothing: the dots were Triton gemm fusions.
+# Since then (CPU-tested, not yet timed on a GPU): the kernels' work lists are built once a step
+# instead of in every layer, and the decode kernel's static splits shrink as the bucket's
+# sequences fill the GPU (32 x 1,024 had 16 splits: ~34 MB of partials a layer to merge).
 # Next lease (15 min, ~40 s of it the start), in one call of ~570 s:
-#   ENV_S=20 PROFILE_CUBLAS_S=150 PROFILE_LOOPS=unrolled PROFILE_S=380 bash benchmarks/gpu_session.sh \
-#       env profile-cublas profile
-# (profile-cublas: the scan with cuBLAS dots that may read the slice in place; profile: the
-# unrolled loop's compile time and TPOT at both batches), then, warm, the kernels' knobs (the decode
-# kernel took 61 us a layer for one 8K sequence, ~9x its KV read floor):
+#   ENV_S=20 PROFILE_S=110 PROFILE_CUBLAS_S=110 PROFILE_UNROLLED_S=330 bash benchmarks/gpu_session.sh \
+#       env profile profile-cublas profile-unrolled
+# (profile: the scan now, vs run7; profile-cublas: the scan with cuBLAS dots that may read the
+# weight slice in place; profile-unrolled: the unrolled loop's compile time and TPOT at both
+# batches), then, warm, the kernels' knobs (the decode kernel took 61 us a layer for one 8K
+# sequence, ~9x its KV read floor; the prefill kernel reached 15% of the matmul peak):
 #   TUNE_S=200 bash benchmarks/gpu_session.sh tune         # or PROFILE31M_S=150 ... profile-31m
 # Stage limits (seconds) can be changed with e.g. KERNELS_S=300. A stage that fails or times out
 # is logged and the next one still runs; the exit code is the number of failed stages.
@@ -36,7 +41,7 @@ mkdir -p "$DEST"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export XLA_PYTHON_CLIENT_MEM_FRACTION="${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.92}"
 PY="${PY:-python3}"
-stages=("$@"); [ ${#stages[@]} -eq 0 ] && stages=(env kernels kernel-tests hf llama8b profile profile-cublas profile-31m vs-hf tune)
+stages=("$@"); [ ${#stages[@]} -eq 0 ] && stages=(env kernels kernel-tests hf llama8b profile profile-unrolled profile-cublas profile-31m vs-hf tune)
 failed=0
 run() {  # run NAME LIMIT_S CMD...: tee into $OUT/NAME.log, record rc and seconds
   local name=$1 limit=$2; shift 2
@@ -59,8 +64,10 @@ for s in "${stages[@]}"; do
         tests/kernels/test_kvp_merge.py tests/kernels/test_api.py ;;
     hf) run hf "${HF_S:-200}" $PY benchmarks/engine_gpu.py --hf --budget-s "$(( ${HF_S:-200} - 50 ))" --out "$OUT" ;;
     llama8b) run llama8b "${LLAMA8B_S:-480}" $PY benchmarks/engine_gpu.py --llama8b --budget-s "$(( ${LLAMA8B_S:-480} - 90 ))" --out "$OUT" ;;
-    profile) run profile "${PROFILE_S:-260}" $PY benchmarks/decode_profile_gpu.py --loops "${PROFILE_LOOPS:-scan,unrolled}" \
+    profile) run profile "${PROFILE_S:-260}" $PY benchmarks/decode_profile_gpu.py --loops "${PROFILE_LOOPS:-scan}" \
         --out "$OUT" ;;
+    profile-unrolled) run profile-unrolled "${PROFILE_UNROLLED_S:-330}" $PY benchmarks/decode_profile_gpu.py \
+        --loops unrolled --tag unrolled --out "$OUT" ;;
     profile-cublas)  # the scan's dots as cuBLAS calls, which dynamic-slice fusion lets read a weight slice in place
       run profile-cublas "${PROFILE_CUBLAS_S:-150}" env XLA_FLAGS="${XLA_FLAGS:+$XLA_FLAGS }--xla_gpu_enable_triton_gemm=false --xla_gpu_enable_dynamic_slice_fusion=true" \
           $PY benchmarks/decode_profile_gpu.py --loops scan --tag cublas_dsf --out "$OUT" ;;
@@ -71,7 +78,7 @@ for s in "${stages[@]}"; do
       run vs-hf "${VS_HF_S:-300}" env XLA_PYTHON_CLIENT_MEM_FRACTION=0.5 $PY benchmarks/vs_hf.py --hf-python "$PY" \
           --hf-path "$hf_site" --device gpu --dtype "${VS_HF_DTYPE:-bfloat16}" --out "$OUT" ;;
     tune) run tune "${TUNE_S:-200}" $PY benchmarks/kernel_tune_gpu.py --budget-s "$(( ${TUNE_S:-200} - 40 ))" --out "$OUT" ;;
-    *) echo "unknown stage $s (env kernels kernel-tests hf llama8b profile profile-cublas profile-31m vs-hf tune)"; failed=$((failed + 1)) ;;
+    *) echo "unknown stage $s (env kernels kernel-tests hf llama8b profile profile-unrolled profile-cublas profile-31m vs-hf tune)"; failed=$((failed + 1)) ;;
   esac
 done
 echo "=== $failed failed stage(s); archive $DEST/all.tgz" | tee -a "$OUT/session.log"

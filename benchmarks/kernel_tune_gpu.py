@@ -50,7 +50,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 # Knob values per kind, the default (KernelConfig()'s) first. The defaults are timed first, then
 # every single-knob change, then pairs, and so on: a sweep cut by the budget has tried each knob.
 PREFILL_KNOBS = dict(prefill_rows=(128, 64, 256), block_kv=(64, 32, 128), num_warps=(None, 4, 8), num_stages=(2, 3, 4))
-DECODE_KNOBS = dict(block_kv=(64, 16, 32, 128), decode_num_warps=(4, 2, 8), decode_waves=(1, 2, 4),
+DECODE_KNOBS = dict(block_kv=(64, 16, 32, 128), decode_num_warps=(4, 2, 8), decode_grid_waves=(4, 1, 2, 8),
                     max_decode_splits=(16, 64))
 SMALL_KNOBS = dict(prefill=dict(block_kv=(64, 32)), decode=dict(block_kv=(64, 16)))
 

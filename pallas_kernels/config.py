@@ -43,9 +43,13 @@ class KernelConfig:
     max_prefill_splits: int = 8
     """Most KV splits of one prefill tile."""
     decode_waves: int = 1
-    """KV-split decodes (flash-decoding) up to about this many waves of programs."""
+    """KV-split decodes (flash-decoding) up to about this many waves of programs (the fused
+    kernel's work list, which counts the batch's real decodes)."""
+    decode_grid_waves: int = 4
+    """The stand-alone decode kernel's static split count: splits while its grid (the bucket's
+    sequences, padding included, x kv heads x splits) holds fewer than this many waves."""
     max_decode_splits: int = 16
-    """Most KV splits of one decode (also the grid depth of the stand-alone decode kernel)."""
+    """Most KV splits of one decode."""
     min_split_blocks: int = 1
     """Fewest KV blocks a split may hold."""
     fuse_hybrid: bool = False

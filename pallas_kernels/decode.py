@@ -111,14 +111,26 @@ class DecodePlan:
         return dataclasses.replace(self, table=self.table + first_page)
 
 
-def decode_plan(page_table, cu_q_lens, q_offsets, kv_lens, *, num_tokens: int, tiles: Tiles, num_pages: int,
-                config: KernelConfig, splits: int | None = None, decodes_only: bool = False) -> DecodePlan:
-    """Lengths, splits and token owners of a decode launch. decodes_only: sequences with more than
-    one query token are left out (no keys walked, nothing owned): a hybrid batch's prefills go
-    to another kernel."""
+def decode_splits(num_seqs: int, kv_heads: int, max_blocks: int, config: KernelConfig) -> int:
+    """KV splits per (sequence, kv head), static: flash-decoding splits only while the grid holds
+    fewer than `decode_grid_waves` waves of programs (num_seqs is the bucket's, padding included,
+    hence several waves), at most `max_decode_splits` and the table's KV blocks. On an H200
+    (8 kv heads) up to 8 sequences get 16 splits, 16 get 9, 32 get 5, 256 get 1. Every split is
+    an [MD, Dh] f32 partial the merge reads: 16 splits for 256 sequences were 268 MB a layer."""
+    fill = -(-config.decode_grid_waves * config.wave // max(1, num_seqs * kv_heads))
+    return max(1, min(config.max_decode_splits, max_blocks, fill))
+
+
+def decode_plan(page_table, cu_q_lens, q_offsets, kv_lens, *, num_tokens: int, kv_heads: int, tiles: Tiles,
+                num_pages: int, config: KernelConfig, splits: int | None = None,
+                decodes_only: bool = False) -> DecodePlan:
+    """Lengths, splits and token owners of a decode launch. splits: None picks `decode_splits`;
+    a number is capped by the table's KV blocks. decodes_only: sequences with more than one query
+    token are left out (no keys walked, nothing owned): a hybrid batch's prefills go to another kernel."""
     table = metadata.pad_page_table(page_table, num_pages=num_pages, block_pages=tiles.block_pages)
     max_blocks = table.shape[1] // tiles.block_pages  # no split can start past the table's end
-    splits = min(config.max_decode_splits if splits is None else splits, max_blocks)
+    S = q_offsets.shape[0]
+    splits = decode_splits(S, kv_heads, max_blocks, config) if splits is None else max(1, min(splits, max_blocks))
     kv_lens = metadata.clamp_kv_lens(kv_lens, max_pages=page_table.shape[1], page_size=tiles.page_size)
     cu_q_lens = cu_q_lens.astype(jnp.int32)
     is_decode = metadata.seq_lengths(cu_q_lens) == 1  # is_decode: bool[S]
@@ -154,6 +166,6 @@ def decode_part(q, k_pages, v_pages, page_table, cu_q_lens, q_offsets, kv_lens, 
     T, H, _ = q.shape
     N, page_size, KVH, _ = k_pages.shape
     tiles = config.tiles(H // KVH, page_size)
-    plan = decode_plan(page_table, cu_q_lens, q_offsets, kv_lens, num_tokens=T, tiles=tiles, num_pages=N,
-                       config=config, splits=splits, decodes_only=decodes_only)
+    plan = decode_plan(page_table, cu_q_lens, q_offsets, kv_lens, num_tokens=T, kv_heads=KVH, tiles=tiles,
+                       num_pages=N, config=config, splits=splits, decodes_only=decodes_only)
     return decode_run(q, kv, plan, tiles=tiles, scale=scale, config=config, interpret=interpret)

@@ -57,8 +57,8 @@ def serial_plan(page_table, cu_q_lens, q_offsets, kv_lens, *, num_tokens: int, n
     return SerialPlan(
         prefill_plan(*meta, num_tokens=num_tokens, kv_heads=kv_heads, tiles=tiles, num_pages=num_pages,
                      config=config, min_len=2),
-        decode_plan(*meta, num_tokens=num_tokens, tiles=tiles, num_pages=num_pages, config=config,
-                    decodes_only=True))
+        decode_plan(*meta, num_tokens=num_tokens, kv_heads=kv_heads, tiles=tiles, num_pages=num_pages,
+                    config=config, decodes_only=True))
 
 
 def serial_attention(q, k_pages, v_pages, page_table, cu_q_lens, q_offsets, kv_lens, *, scale,

@@ -28,3 +28,18 @@ def test_decode_matches_reference(make_batch, Seq, check, run, G, KVH, Dh, page,
     cfg = KernelConfig(block_kv=16 if page == 8 else 32)
     check(run(decode_attention, args, config=cfg, splits=splits, interpret=interpret),
           run(paged_attention_reference, args), dtype)
+
+
+def test_static_splits_fill_the_gpu_without_flooding_the_merge():
+    """The serial path's decode splits: 16 for a few sequences (a long context spread over the
+    SMs), fewer as the bucket's sequences fill the grid, 1 once they alone fill it; never more
+    than the table's KV blocks. The grid (and the partials the merge reads) stays within a few
+    waves of programs, or one program per (sequence, kv head)."""
+    from pallas_kernels.decode import decode_splits
+
+    cfg = KernelConfig(num_sms=132, programs_per_sm=2)
+    got = [decode_splits(s, 8, 512, cfg) for s in (1, 4, 8, 16, 32, 64, 128, 256, 1024)]
+    assert got == [16, 16, 16, 9, 5, 3, 2, 1, 1]
+    assert decode_splits(1, 8, 3, cfg) == 3  # a 3-block table: at most 3 splits
+    for s in (1, 7, 33, 300):
+        assert s * 8 * decode_splits(s, 8, 512, cfg) <= max(s * 8, cfg.decode_grid_waves * cfg.wave) + s * 8
