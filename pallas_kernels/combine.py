@@ -6,12 +6,16 @@ Data flow:
      unwritten slots are masked out before any arithmetic, so garbage never reaches the result)
   -> `gather_tokens`: item rows -> tokens: out[t, h*G + g] = o_item[tok_item[t]*KVH + h, tok_row[t] + g]
   -> `assemble`: each token takes the part that owns it; tokens no part owns get (0, -inf).
+`finish` does the first two, or `merge_tokens` instead (each token's own slots gathered and
+merged) when that reads less.
 """
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+
+from pallas_kernels.merge import merge_attention
 
 NEG_INF = float("-inf")
 
@@ -53,9 +57,35 @@ def assemble(parts, dtype):
     return out.astype(dtype), lse
 
 
+def merge_tokens(work, o_rows, lse_rows, *, kv_heads: int, groups: int):
+    """The same result as `merge_slots` then `gather_tokens`, reading only each token's slots:
+    per (token, kv head) up to work.max_splits slots of its item, G rows each -> merged by LSE.
+    Reads T * KVH * max_splits * G rows where the slot merge passes over all R * M."""
+    T = work.tok_item.shape[0]
+    R = o_rows.shape[0]
+    item = jnp.maximum(work.tok_item, 0)[:, None] * kv_heads + jnp.arange(kv_heads)[None, :]  # item: i32[T, KVH]
+    split = jnp.arange(work.max_splits)
+    slot = jnp.minimum(work.item_first[item][..., None] + split, R - 1)  # slot: i32[T, KVH, splits]
+    live = split < work.item_splits[item][..., None]  # live: bool[T, KVH, splits]
+    row = work.tok_row[:, None, None, None] + jnp.arange(groups)  # row: i32[T, 1, 1, G]
+    o = jnp.where(live[..., None, None], o_rows[slot[..., None], row], 0.0)  # o: f32[T, KVH, splits, G, Dh]
+    lse = jnp.where(live[..., None], lse_rows[slot[..., None], row], NEG_INF)  # lse: f32[T, KVH, splits, G]
+    out, lse = merge_attention(jnp.moveaxis(o, 2, 0), jnp.moveaxis(lse, 2, 0))  # [T, KVH, G, Dh], [T, KVH, G]
+    return out.reshape(T, kv_heads * groups, -1), lse.reshape(T, kv_heads * groups)
+
+
 def finish(work, o_rows, lse_rows, *, kv_heads: int, groups: int):
-    """Partial slots of one `worklist.Work` -> (out f32[T, H, Dh], lse f32[T, H], owned bool[T])."""
-    o_items, lse_items = merge_slots(o_rows, lse_rows, work.row_item, work.num_items)
-    out, lse = gather_tokens(o_items, lse_items, work.tok_item, work.tok_row,
-                             kv_heads=kv_heads, groups=groups)
+    """Partial slots of one `worklist.Work` -> (out f32[T, H, Dh], lse f32[T, H], owned bool[T]).
+
+    Whichever merge reads less, decided from static shapes: the tokens' own slots (`merge_tokens`:
+    few tokens, e.g. the prefill kernel's empty half of a decode batch, whose >= 2 waves of
+    [M, Dh] f32 slots the slot merge would pass over in every layer) or every slot once
+    (`merge_slots`: many tokens)."""
+    T = work.tok_item.shape[0]
+    R, M = lse_rows.shape
+    if T * kv_heads * work.max_splits * groups <= R * M:
+        out, lse = merge_tokens(work, o_rows, lse_rows, kv_heads=kv_heads, groups=groups)
+    else:
+        o_items, lse_items = merge_slots(o_rows, lse_rows, work.row_item, work.num_items)
+        out, lse = gather_tokens(o_items, lse_items, work.tok_item, work.tok_row, kv_heads=kv_heads, groups=groups)
     return out, lse, work.tok_item >= 0

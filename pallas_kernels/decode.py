@@ -151,9 +151,10 @@ def decode_run(q, kv, plan: DecodePlan, *, tiles: Tiles, scale: float, config: K
     o_part, lse_part = decode_call(
         plan.cu_q_lens, plan.q_offsets, plan.kv_lens, plan.table, q, kv, tiles=tiles,
         scale=scale, splits=plan.splits, config=config, interpret=resolve_interpret(interpret))
-    o_seq, lse_seq = merge_attention(jnp.moveaxis(o_part, 2, 0), jnp.moveaxis(lse_part, 2, 0))
-    out, lse = combine.gather_tokens(o_seq.reshape(S * KVH, tiles.MD, Dh), lse_seq.reshape(S * KVH, tiles.MD),
-                                     plan.tok_seq, jnp.zeros_like(plan.tok_seq), kv_heads=KVH, groups=tiles.G)
+    G = tiles.G  # rows G..MD of a partial are padding for tl.dot: merge only the heads' rows
+    o_seq, lse_seq = merge_attention(jnp.moveaxis(o_part[:, :, :, :G], 2, 0), jnp.moveaxis(lse_part[..., :G], 2, 0))
+    out, lse = combine.gather_tokens(o_seq.reshape(S * KVH, G, Dh), lse_seq.reshape(S * KVH, G),
+                                     plan.tok_seq, jnp.zeros_like(plan.tok_seq), kv_heads=KVH, groups=G)
     return out, lse, plan.owned
 
 

@@ -44,7 +44,10 @@ class Work:
     work: jax.Array  # i32[R]: KV blocks the row walks (for launch order)
     tok_item: jax.Array  # i32[T]: the token's tile (prefill) or sequence (decode); -1 if other kind
     tok_row: jax.Array  # i32[T]: first row of the token inside its tile (local index * G)
+    item_first: jax.Array  # i32[I*KVH]: the item's first slot (its splits are the next item_splits)
+    item_splits: jax.Array  # i32[I*KVH]: the item's slots, 0 for no item
     num_items: int = dataclasses.field(metadata=dict(static=True))  # tiles * KVH
+    max_splits: int = dataclasses.field(metadata=dict(static=True))  # most slots of one item
 
 
 def _expand(kind, valid, seq, tok0, ntok, base, hi, kv_lens, *, kv_heads, tiles: Tiles,
@@ -90,7 +93,7 @@ def _expand(kind, valid, seq, tok0, ntok, base, hi, kv_lens, *, kv_heads, tiles:
     ).astype(jnp.int32)
     work = jnp.where(live, jnp.clip(nb[tile] - split * L[tile], 0, L[tile]), -1)
     row_item = jnp.where(live, item, I * kv_heads)
-    return rows, row_item, work, I * kv_heads
+    return rows, row_item, work, I * kv_heads, start, per_item
 
 
 def prefill_work(cu_q_lens, q_offsets, kv_lens, *, num_tokens: int, kv_heads: int, tiles: Tiles,
@@ -111,14 +114,15 @@ def prefill_work(cu_q_lens, q_offsets, kv_lens, *, num_tokens: int, kv_heads: in
     ntok = jnp.clip(q_len[seq] - kq, 0, BQ)
     base = q_offsets[seq] + kq + 1  # token k of the tile sees keys < base + k
     hi = jnp.clip(base + ntok - 1, 0, kv_lens[seq])
-    rows, row_item, work, num_items = _expand(
+    rows, row_item, work, num_items, first, n_slots = _expand(
         PREFILL, valid, seq, cu_q_lens[seq] + kq, ntok, base, hi, kv_lens, kv_heads=kv_heads,
         tiles=tiles, target_rows=config.prefill_waves * config.wave,
         max_splits=config.max_prefill_splits, min_blocks=config.min_split_blocks)
     tseq, loc, tvalid = token_sequences(cu_q_lens, T)
     mine = tvalid & is_pre[tseq]
     tok_item = jnp.where(mine, t_start[tseq] + loc // BQ, -1)
-    return Work(rows, row_item, work, tok_item, (loc % BQ) * tiles.G, num_items)
+    return Work(rows, row_item, work, tok_item, (loc % BQ) * tiles.G, first, n_slots, num_items,
+                config.max_prefill_splits)
 
 
 def decode_work(cu_q_lens, q_offsets, kv_lens, *, num_tokens: int, kv_heads: int, tiles: Tiles,
@@ -129,13 +133,14 @@ def decode_work(cu_q_lens, q_offsets, kv_lens, *, num_tokens: int, kv_heads: int
     base = q_offsets + 1
     hi = jnp.clip(base, 0, kv_lens)
     seq = jnp.arange(q_len.shape[0], dtype=jnp.int32)
-    rows, row_item, work, num_items = _expand(
+    rows, row_item, work, num_items, first, n_slots = _expand(
         DECODE, valid, seq, cu_q_lens[:-1], jnp.ones_like(q_len), base, hi, kv_lens,
         kv_heads=kv_heads, tiles=tiles, target_rows=config.decode_waves * config.wave,
         max_splits=config.max_decode_splits, min_blocks=config.min_split_blocks)
     tseq, _, tvalid = token_sequences(cu_q_lens, num_tokens)
     tok_item = jnp.where(tvalid & valid[tseq], tseq, -1)
-    return Work(rows, row_item, work, tok_item, jnp.zeros_like(tok_item), num_items)
+    return Work(rows, row_item, work, tok_item, jnp.zeros_like(tok_item), first, n_slots, num_items,
+                config.max_decode_splits)
 
 
 def _longest_first(w: Work):
