@@ -145,17 +145,22 @@ def decode_run(q, kv, plan: DecodePlan, *, tiles: Tiles, scale: float, config: K
                interpret: bool | None):
     """The kernel on each planned sequence's first query token -> (out f32[T, H, Dh],
     lse f32[T, H], owned bool[T]), for `combine.assemble`. kv: (k_pages, v_pages[, scales])."""
-    _, _, Dh = q.shape
-    KVH = kv[0].shape[2]
-    S = plan.q_offsets.shape[0]
     o_part, lse_part = decode_call(
         plan.cu_q_lens, plan.q_offsets, plan.kv_lens, plan.table, q, kv, tiles=tiles,
         scale=scale, splits=plan.splits, config=config, interpret=resolve_interpret(interpret))
-    G = tiles.G  # rows G..MD of a partial are padding for tl.dot: merge only the heads' rows
-    o_seq, lse_seq = merge_attention(jnp.moveaxis(o_part[:, :, :, :G], 2, 0), jnp.moveaxis(lse_part[..., :G], 2, 0))
-    out, lse = combine.gather_tokens(o_seq.reshape(S * KVH, G, Dh), lse_seq.reshape(S * KVH, G),
-                                     plan.tok_seq, jnp.zeros_like(plan.tok_seq), kv_heads=KVH, groups=G)
+    out, lse = merge_splits(o_part, lse_part, plan.tok_seq, groups=tiles.G)
     return out, lse, plan.owned
+
+
+def merge_splits(o_part, lse_part, tok_seq, *, groups: int):
+    """The decode kernel's partials o f32[S, KVH, splits, MD, Dh], lse f32[S, KVH, splits, MD]
+    -> per token of sequence tok_seq[t]: (out f32[T, H, Dh], lse f32[T, H]). Rows G..MD of a
+    partial are padding for tl.dot: only the heads' G rows are merged."""
+    S, KVH, _, _, Dh = o_part.shape
+    G = groups
+    o_seq, lse_seq = merge_attention(jnp.moveaxis(o_part[:, :, :, :G], 2, 0), jnp.moveaxis(lse_part[..., :G], 2, 0))
+    return combine.gather_tokens(o_seq.reshape(S * KVH, G, Dh), lse_seq.reshape(S * KVH, G), tok_seq,
+                                 jnp.zeros_like(tok_seq), kv_heads=KVH, groups=G)
 
 
 def decode_part(q, k_pages, v_pages, page_table, cu_q_lens, q_offsets, kv_lens, *, scale,
