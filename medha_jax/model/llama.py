@@ -172,8 +172,10 @@ def run_layers(params, kv_k, kv_v, x, inp: ModelInputs, cfg: LlamaConfig, attent
     """This stage's layers (the local [L/spp, ...] stack) over x: [T, D] -> (x, kv_k, kv_v).
 
     unroll: layers per loop iteration; >= the local layer count unrolls the loop away, so every
-    layer's weights are static slices of the stack instead of slices at the loop's index (which
-    XLA:GPU may copy out before a matmul library call reads them)."""
+    layer's weights are static slices of the stack instead of slices at the loop's index, which
+    XLA:GPU copies out before its gemms read them (an 8B decode tick on an H200: 7.6 ms of such
+    copies, TPOT 21.1 ms scanned vs 8.2 ms unrolled, benchmarks/results/h200/run7_profile_vs_hf;
+    unrolled compiles several times longer, so the scan stays the default)."""
     n_local, _, heads, _ = params["layers"]["wq"].shape  # wq: [L/spp, D, H/tp, Dh]
     plans = attention_plans(attention_fn, kv_k, inp, x.shape[0], heads)  # once a step, not once a layer
     body = lambda carry, xs: _layer(cfg, inv_freq(cfg), inp, attention_fn, plans, carry, xs)  # noqa: E731
