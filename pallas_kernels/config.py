@@ -62,7 +62,7 @@ class KernelConfig:
             v = getattr(self, name)
             if v < 16 or v & (v - 1):
                 raise ValueError(f"{name}={v} must be a power of two >= 16")
-        for name in ("decode_num_warps", "max_prefill_splits", "max_decode_splits"):
+        for name in ("decode_num_warps", "max_prefill_splits", "max_decode_splits", "decode_grid_waves"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
 

@@ -43,3 +43,9 @@ def test_static_splits_fill_the_gpu_without_flooding_the_merge():
     assert decode_splits(1, 8, 3, cfg) == 3  # a 3-block table: at most 3 splits
     for s in (1, 7, 33, 300):
         assert s * 8 * decode_splits(s, 8, 512, cfg) <= max(s * 8, cfg.decode_grid_waves * cfg.wave) + s * 8
+
+
+@pytest.mark.parametrize("knob", ["decode_grid_waves", "max_decode_splits", "decode_num_warps"])
+def test_decode_knobs_below_one_are_refused_by_name(knob):
+    with pytest.raises(ValueError, match=f"{knob} must be >= 1"):
+        KernelConfig(**{knob: 0})
