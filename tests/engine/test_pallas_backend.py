@@ -48,16 +48,22 @@ def test_pallas_backend_on_kvp_groups_matches_transformers():
     assert [o.token_ids for o in llm.generate([p["token_ids"] for p in cases], sp)] == [p["greedy"] for p in cases]
 
 
+def _sub_jaxprs(eqn):
+    """The jaxprs nested in an equation's parameters (a scan's body, a pjit's callee, ...)."""
+    for value in eqn.params.values():
+        for sub in value if isinstance(value, (tuple, list)) else (value,):
+            sub = getattr(sub, "jaxpr", sub)  # a ClosedJaxpr holds its Jaxpr
+            if hasattr(sub, "eqns"):
+                yield sub
+
+
 def _primitives(jaxpr) -> collections.Counter:
     """Primitive names in a jaxpr and every jaxpr nested in its equations' parameters."""
     names = collections.Counter()
     for eqn in jaxpr.eqns:
         names[eqn.primitive.name] += 1
-        for value in eqn.params.values():
-            for sub in value if isinstance(value, (tuple, list)) else (value,):
-                sub = getattr(sub, "jaxpr", sub)  # a ClosedJaxpr holds its Jaxpr
-                if hasattr(sub, "eqns"):
-                    names.update(_primitives(sub))
+        for sub in _sub_jaxprs(eqn):
+            names.update(_primitives(sub))
     return names
 
 
@@ -74,14 +80,11 @@ def test_work_lists_are_built_once_a_step_not_once_a_layer():
 
     def find(jaxpr):
         for eqn in jaxpr.eqns:
-            for value in eqn.params.values():
-                for sub in value if isinstance(value, (tuple, list)) else (value,):
-                    sub = getattr(sub, "jaxpr", sub)
-                    if hasattr(sub, "eqns"):
-                        if eqn.primitive.name == "scan" and _primitives(sub)["pallas_call"]:
-                            layer_scans.append(_primitives(sub))
-                        else:
-                            find(sub)
+            for sub in _sub_jaxprs(eqn):
+                if eqn.primitive.name == "scan" and _primitives(sub)["pallas_call"]:
+                    layer_scans.append(_primitives(sub))
+                else:
+                    find(sub)
 
     find(step)
     assert len(layer_scans) == 1
