@@ -89,9 +89,10 @@ def _pages(kv_k) -> jnp.ndarray:
     return kv_k.values if isinstance(kv_k, kv_cache.QuantizedPages) else kv_k
 
 
-def attention_plans(attention_fn: AttentionFn, kv_k, inp: ModelInputs, num_tokens: int, num_heads: int):
+def attention_plans(attention_fn: AttentionFn, kv_k, inp: ModelInputs, cus, num_tokens: int, num_heads: int):
     """The attention backend's per-step plan for each kvp source group's batch, built from the step's
     metadata alone (the pallas kernels' work lists), or None for a backend without one (xla).
+    cus: `_source_cu_q_lens(inp)`.
 
     Built once before the layer loop and closed over by it, so it runs once a step: inside the
     scan XLA:GPU ran it in every layer (a sort and searchsorted loops per layer on an H200)."""
@@ -99,13 +100,13 @@ def attention_plans(attention_fn: AttentionFn, kv_k, inp: ModelInputs, num_token
     if make is None:
         return None
     _, N, page, K, _ = _pages(kv_k).shape
-    cus = _source_cu_q_lens(inp)  # cus: i32[kvp, S+1]
     return [make(inp.page_table[j], cus[j], inp.q_offsets[j], inp.kv_lens[j], num_tokens=num_tokens,
                  num_heads=num_heads, kv_heads=K, page_size=page, num_pages=N) for j in range(cus.shape[0])]
 
 
-def _attend(attention_fn: AttentionFn, q, k, v, kv_k, kv_v, layer, inp: ModelInputs, scale: float, plans=None):
-    """Write this step's K/V and attend: (o [T, H/tp, Dh], kv_k, kv_v). plans: `attention_plans`.
+def _attend(attention_fn: AttentionFn, q, k, v, kv_k, kv_v, layer, inp: ModelInputs, scale: float, cus, plans):
+    """Write this step's K/V and attend: (o [T, H/tp, Dh], kv_k, kv_v). cus: every kvp group's
+    cu_q_lens i32[kvp, S+1] (`_source_cu_q_lens`); plans: `attention_plans`.
 
     kvp > 1: each group holds a share of some sequences' keys (a long one's earlier blocks live
     on other groups than its owner). Every group all-gathers the query, key and value tokens of
@@ -114,7 +115,6 @@ def _attend(attention_fn: AttentionFn, q, k, v, kv_k, kv_v, layer, inp: ModelInp
     lse -inf), and all_to_all returns each group's partial outputs to the tokens' owners, which
     merge them by log-sum-exp."""
     groups = lax.axis_size("kvp")
-    cus = _source_cu_q_lens(inp)  # cus: i32[kvp, S+1]
     if groups == 1:  # nothing to exchange: this group's own tokens are every token
         qs, ks, vs = q[None], k[None], v[None]
     else:
@@ -140,7 +140,7 @@ def _attend(attention_fn: AttentionFn, q, k, v, kv_k, kv_v, layer, inp: ModelInp
     return merge_attention(outs, lses)[0], kv_k, kv_v
 
 
-def _layer(cfg: LlamaConfig, freq, inp: ModelInputs, attention_fn: AttentionFn, plans, carry, xs):
+def _layer(cfg: LlamaConfig, freq, inp: ModelInputs, attention_fn: AttentionFn, cus, plans, carry, xs):
     x, kv_k, kv_v = carry  # x: [T, D]; kv_k, kv_v: [Ll, N, page, K, Dh]
     lp, layer = xs  # lp: this layer's weights (leading layer axis removed)
     y = rms_norm(x, lp["attn_norm"], cfg.rms_norm_eps)
@@ -151,7 +151,8 @@ def _layer(cfg: LlamaConfig, freq, inp: ModelInputs, attention_fn: AttentionFn, 
     k = apply_rope(k, inp.positions, freq)
     if isinstance(kv_k, kv_cache.QuantizedPages):  # fp8 keys are stored rotated (`kv_cache`)
         q, k = kv_cache.rotate_for_fp8(q), kv_cache.rotate_for_fp8(k)
-    attn, kv_k, kv_v = _attend(attention_fn, q, k, v, kv_k, kv_v, layer, inp, cfg.head_dim ** -0.5, plans)  # [T, H/tp, Dh]
+    attn, kv_k, kv_v = _attend(attention_fn, q, k, v, kv_k, kv_v, layer, inp, cfg.head_dim ** -0.5, cus,
+                               plans)  # [T, H/tp, Dh]
     o = jnp.einsum("thk,hkd->td", attn.astype(x.dtype), lp["wo"])  # o: [T, D] partial sum
     x = x + psum_tp(o)
     y = rms_norm(x, lp["mlp_norm"], cfg.rms_norm_eps)
@@ -177,8 +178,10 @@ def run_layers(params, kv_k, kv_v, x, inp: ModelInputs, cfg: LlamaConfig, attent
     copies, TPOT 21.1 ms scanned vs 8.2 ms unrolled, benchmarks/results/h200/run7_profile_vs_hf;
     unrolled compiles several times longer, so the scan stays the default)."""
     n_local, _, heads, _ = params["layers"]["wq"].shape  # wq: [L/spp, D, H/tp, Dh]
-    plans = attention_plans(attention_fn, kv_k, inp, x.shape[0], heads)  # once a step, not once a layer
-    body = lambda carry, xs: _layer(cfg, inv_freq(cfg), inp, attention_fn, plans, carry, xs)  # noqa: E731
+    # what depends on the step's metadata alone, once a step rather than once a layer
+    cus = _source_cu_q_lens(inp)  # cus: i32[kvp, S+1] (an all_gather over kvp when kvp > 1)
+    plans = attention_plans(attention_fn, kv_k, inp, cus, x.shape[0], heads)
+    body = lambda carry, xs: _layer(cfg, inv_freq(cfg), inp, attention_fn, cus, plans, carry, xs)  # noqa: E731
     (x, kv_k, kv_v), _ = lax.scan(
         body, (x, kv_k, kv_v), (params["layers"], jnp.arange(n_local, dtype=jnp.int32)),
         unroll=True if unroll >= n_local else unroll)
