@@ -4,7 +4,8 @@
 #   .venv-nojax (Python 3.12 + pytest, numpy, matplotlib, hypothesis from PyPI; no jax, no flax)
 #   -> import the scheduler, KV manager, request, sampling, config, outputs and simulator
 #      modules and fail if any of them pulled in jax
-#   -> run their tests (tests/scheduler, tests/sim, tests/outputs) from the source tree
+#   -> run their tests (tests/scheduler, tests/sim, tests/outputs) from the source tree, two at a
+#      time (one file per worker); `scripts/test.sh` runs this after the JAX tests
 # Works on a fresh clone; needs only PyPI (or a local mirror pip is configured for).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -17,8 +18,10 @@ if [ ! -x "$VENV/bin/python" ]; then
   [ -n "$PY" ] || { echo "test_nojax: needs Python 3.12 (python3.12 on PATH, or pyenv 3.12.1)" >&2; exit 1; }
   PYENV_VERSION=3.12.1 "$PY" -m venv "$VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip
-  "$VENV/bin/python" -m pip install -q "pytest>=8" "pytest-timeout>=2.3" "hypothesis>=6.100" numpy matplotlib
+  "$VENV/bin/python" -m pip install -q "pytest>=8" "pytest-timeout>=2.3" "pytest-xdist>=3.5" "hypothesis>=6.100" \
+      numpy matplotlib
 fi
+"$VENV/bin/python" -c "import xdist" 2>/dev/null || "$VENV/bin/python" -m pip install -q "pytest-xdist>=3.5"
 cd "$ROOT"
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 if "$VENV/bin/python" -c "import jax" 2>/dev/null; then
@@ -36,4 +39,4 @@ bad = sorted(m for m in sys.modules if m.split(".")[0] in ("jax", "jaxlib", "fla
 assert not bad, f"importing the pure-Python core pulled in {bad[:5]}"
 print(f"test_nojax: {len(mods)} modules import without JAX")
 PY
-"$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/scheduler tests/sim tests/outputs "$@"
+"$VENV/bin/python" -m pytest -q -p no:cacheprovider -n 2 --dist loadfile tests/scheduler tests/sim tests/outputs "$@"

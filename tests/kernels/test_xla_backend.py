@@ -1,8 +1,14 @@
-"""`paged_attention_xla` (the engine's CPU backend) vs the dense reference."""
+"""`paged_attention_xla` (the engine's CPU backend) vs the dense reference, and the scheduler's
+restatement of its tiles (`attention_tiling`, which imports no JAX) vs its defaults."""
+
+import inspect
 
 import jax.numpy as jnp
 import pytest
 
+import pallas_kernels.reference as ref
+from medha_jax.config import EngineConfig
+from medha_jax.scheduler.attention_tiling import Tiling
 from pallas_kernels.reference import paged_attention_reference, paged_attention_xla
 
 
@@ -32,3 +38,15 @@ def test_xla_long_chunks_span_several_tiles(make_batch, Seq, check, run, block_q
               prefill_block_pages=prefill_block_pages),
           run(paged_attention_reference, args), jnp.float32)
 
+
+def test_the_default_tiling_is_the_xla_backends_and_the_engines():
+    """attention_tiling restates the backend's tile sizes and key blocks and the engine's default
+    page size and smallest buckets (the scheduler imports no JAX): they must agree with the code
+    that runs."""
+    xla = inspect.signature(ref.paged_attention_xla).parameters
+    cfg = EngineConfig()
+    t = Tiling()
+    assert t == Tiling.for_engine(cfg.page_size, cfg.min_page_bucket, cfg.min_seq_bucket)
+    assert (t.tile_q, t.small_tile_q) == (ref.XLA_BLOCK_Q, ref.XLA_SMALL_BLOCK_Q)
+    assert t.prefill_block_keys == xla["prefill_block_pages"].default * cfg.page_size
+    assert t.decode_block_keys == xla["block_pages"].default * cfg.page_size

@@ -86,26 +86,6 @@ def test_the_tiling_follows_the_engine_shapes():
     assert feature_sums(Composition.of([(1, 16384)]))[9] == 4 * 16384  # the default engine: 4 slots
 
 
-def test_the_default_tiling_is_the_xla_backends_and_the_engines():
-    """attention_tiling restates the backend's tile sizes and key blocks and the engine's default
-    page size and smallest buckets (the scheduler imports no JAX): they must agree with the code
-    that runs."""
-    import inspect
-
-    from medha_jax.config import EngineConfig
-
-    pytest.importorskip("jax")  # the backend's module; the no-JAX suite runs this file too
-    import pallas_kernels.reference as ref
-
-    xla = inspect.signature(ref.paged_attention_xla).parameters
-    cfg = EngineConfig()
-    t = Tiling()
-    assert t == Tiling.for_engine(cfg.page_size, cfg.min_page_bucket, cfg.min_seq_bucket)
-    assert (t.tile_q, t.small_tile_q) == (ref.XLA_BLOCK_Q, ref.XLA_SMALL_BLOCK_Q)
-    assert t.prefill_block_keys == xla["prefill_block_pages"].default * cfg.page_size
-    assert t.decode_block_keys == xla["block_pages"].default * cfg.page_size
-
-
 def test_a_wide_tile_can_cost_less_than_narrow_ones():
     """Measured on the CPU at 16K keys: 64 tokens 74.9 ms, 128 tokens 111.8 ms (two narrow tiles
     vs one wide one); a fit with one tile coefficient cannot say that 128 tokens cost about as much
