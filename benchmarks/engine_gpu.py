@@ -175,12 +175,13 @@ def bench_llama8b(budget_end, log, small=False):
                        tpot_p50_s=statistics.median(tpots), tpot_p90_s=percentile(tpots, 90),
                        ttft_p50_s=statistics.median(ttfts), ttft_max_s=max(ttfts),
                        warmup_pass_s=warm_s, compiles_in_phase=ph.compiles,
-                       device_idle_fraction=idle, device_idle_s=idle_s, ticks=ticks)
+                       device_idle_fraction=idle, device_idle_s=idle_s, ticks=ticks,
+                       host_ms=timeline.host_summary(), host=timeline.describe_host())
             report["phases"].append(row)
             log(f"{name} {n} x ({n_in} in, {n_out} out): {ph.seconds:.2f} s, {row['output_tokens_per_s']:,.0f} out tok/s, "
                 f"{row['total_tokens_per_s']:,.0f} total tok/s, tpot p50 {1e3 * row['tpot_p50_s']:.1f} ms "
                 f"p90 {1e3 * row['tpot_p90_s']:.1f} ms; device idle {100 * idle:.1f}% of {ticks} ticks; "
-                f"{ph.compiles} compiles while timed")
+                f"{ph.compiles} compiles while timed; {row['host']}")
 
         # --- TTFT, one request at a time (its chunk shapes compiled first)
         for i, L in enumerate(ttft_lens):
@@ -244,6 +245,7 @@ def write_report(report, out_dir: Path):
                              f"p90 {1e3 * r['tpot_p90_s']:.1f} ms | {r['output_tokens_per_s']:,.0f} out tok/s, "
                              f"{r['total_tokens_per_s']:,.0f} total tok/s | "
                              f"{100 * r['device_idle_fraction']:.1f}% of {r['ticks']} ticks | {r['compiles_in_phase']} |")
+        lines += [f"\nHost work per step, {r['phase']}: {r['host']}" for r in b["phases"] if r.get("host")]
         if b["skipped"]:
             lines.append(f"\nSkipped for time: {b['skipped']}")
     mpath.write_text("\n".join(lines) + "\n")

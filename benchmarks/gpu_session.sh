@@ -4,9 +4,12 @@
 # .md reports and session.log are copied beside it (the device tool brings back at most 8 files,
 # and what a killed call had left under $OUT), $OUT defaulting to benchmarks/results/gpu_run/.
 #
-#   bash benchmarks/gpu_session.sh [stage ...]     stages: env kernels kernel-tests hf llama8b profile
+#   bash benchmarks/gpu_session.sh [stage ...]     stages: env host kernels kernel-tests hf llama8b profile
 #                                                  profile-unrolled profile-cublas profile-31m vs-hf tune
 #                                                  (default: all, in order)
+# host (no GPU needed, the GPU machine's CPU): #16's scheduler goal (batch formation p99 < 0.5 ms at
+# 1,000 waiting + 256 running) and the engine's host step, on the CPU that feeds the GPU in production
+# (the 2-core development VM misses the goal: p99 ~2x p50 there, 0.8-1.0 ms).
 # vs-hf (medha-jax vs Hugging Face `generate` on the GPU, #16's offline goal) needs the wheels of
 # `bash benchmarks/hf_wheels.sh`, carried: the image has torch but not transformers.
 # The device tool sends at most 64 MiB of working tree: move benchmarks/results/ aside for the call.
@@ -24,8 +27,8 @@
 # instead of in every layer, and the decode kernel's static splits shrink as the bucket's
 # sequences fill the GPU (32 x 1,024 had 16 splits: ~34 MB of partials a layer to merge).
 # Next lease (15 min, ~40 s of it the start), in one call of ~570 s:
-#   ENV_S=20 PROFILE_S=110 PROFILE_CUBLAS_S=110 PROFILE_UNROLLED_S=330 bash benchmarks/gpu_session.sh \
-#       env profile profile-cublas profile-unrolled
+#   ENV_S=20 HOST_S=60 PROFILE_S=110 PROFILE_CUBLAS_S=110 PROFILE_UNROLLED_S=270 bash benchmarks/gpu_session.sh \
+#       env host profile profile-cublas profile-unrolled
 # (profile: the scan now, vs run7; profile-cublas: the scan with cuBLAS dots that may read the
 # weight slice in place; profile-unrolled: the unrolled loop's compile time and TPOT at both
 # batches), then, warm, the kernels' knobs (the decode kernel took 61 us a layer for one 8K
@@ -41,7 +44,7 @@ mkdir -p "$DEST"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export XLA_PYTHON_CLIENT_MEM_FRACTION="${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.92}"
 PY="${PY:-python3}"
-stages=("$@"); [ ${#stages[@]} -eq 0 ] && stages=(env kernels kernel-tests hf llama8b profile profile-unrolled profile-cublas profile-31m vs-hf tune)
+stages=("$@"); [ ${#stages[@]} -eq 0 ] && stages=(env host kernels kernel-tests hf llama8b profile profile-unrolled profile-cublas profile-31m vs-hf tune)
 failed=0
 run() {  # run NAME LIMIT_S CMD...: tee into $OUT/NAME.log, record rc and seconds
   local name=$1 limit=$2; shift 2
@@ -57,6 +60,9 @@ run() {  # run NAME LIMIT_S CMD...: tee into $OUT/NAME.log, record rc and second
 for s in "${stages[@]}"; do
   case $s in
     env) run env 60 bash -c "nvidia-smi; $PY -c 'import jax, jaxlib, triton; print(jax.__version__, jaxlib.__version__, triton.__version__); print(jax.devices()); print(jax.devices()[0].device_kind, getattr(jax.devices()[0], \"core_count\", None))'" ;;
+    host) run host "${HOST_S:-90}" bash -c "$PY benchmarks/scheduler_overhead.py --iterations 1000 --policies slo,edf,fcfs \
+        --gc engine --phases --out '$OUT/scheduler_overhead_gpu_host.json' && $PY benchmarks/host_step_cost.py --steps 200 \
+        --name gpu_host --out '$OUT'" ;;
     kernels) run kernels "${KERNELS_S:-300}" $PY benchmarks/kernels_gpu.py --budget-s "$(( ${KERNELS_S:-300} - 60 ))" --out "$OUT" ;;
     kernel-tests) run kernel-tests "${KERNEL_TESTS_S:-150}" env JAX_PLATFORMS=cuda XLA_PYTHON_CLIENT_PREALLOCATE=false \
         $PY -m pytest -q -n 4 -p no:cacheprovider \
@@ -78,7 +84,7 @@ for s in "${stages[@]}"; do
       run vs-hf "${VS_HF_S:-300}" env XLA_PYTHON_CLIENT_MEM_FRACTION=0.5 $PY benchmarks/vs_hf.py --hf-python "$PY" \
           --hf-path "$hf_site" --device gpu --dtype "${VS_HF_DTYPE:-bfloat16}" --out "$OUT" ;;
     tune) run tune "${TUNE_S:-200}" $PY benchmarks/kernel_tune_gpu.py --budget-s "$(( ${TUNE_S:-200} - 40 ))" --out "$OUT" ;;
-    *) echo "unknown stage $s (env kernels kernel-tests hf llama8b profile profile-unrolled profile-cublas profile-31m vs-hf tune)"; failed=$((failed + 1)) ;;
+    *) echo "unknown stage $s (env host kernels kernel-tests hf llama8b profile profile-unrolled profile-cublas profile-31m vs-hf tune)"; failed=$((failed + 1)) ;;
   esac
 done
 echo "=== $failed failed stage(s); archive $DEST/all.tgz" | tee -a "$OUT/session.log"

@@ -17,6 +17,7 @@ the host between ticks over the span of the job), greedy outputs compared
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import sys
@@ -80,7 +81,7 @@ def main(argv=None) -> int:
         prompts, sp = job_inputs(n, plen, new, 0)
         for mode in modes:
             llms[mode].generate(prompts, sp)  # untimed: every bucket this job needs is warm
-        stats = {m: dict(walls=[], idle=[], idle_s=[], iters=[], tokens=None) for m in modes}
+        stats = {m: dict(walls=[], idle=[], idle_s=[], iters=[], host=[], tokens=None) for m in modes}
         for rep in range(args.repeats):
             prompts, sp = job_inputs(n, plen, new, rep + 1)
             for mode in (modes if rep % 2 == 0 else reversed(list(modes))):
@@ -96,6 +97,7 @@ def main(argv=None) -> int:
                 st["idle"].append(frac)
                 st["idle_s"].append(idle_s)
                 st["iters"].append(eng.num_iterations - it0)
+                st["host"].append(eng.executor.timeline.host_summary().get("host", float("nan")))
                 st["tokens"] = [o.token_ids for o in outs]
             log(f"{job} round {rep + 1}: " + ", ".join(
                 f"{m} {stats[m]['walls'][-1]:.2f} s idle {100 * stats[m]['idle'][-1]:.1f}%" for m in modes))
@@ -108,6 +110,7 @@ def main(argv=None) -> int:
                              device_idle_fraction=statistics.median(st["idle"]), idle_fractions=st["idle"],
                              device_idle_s=statistics.median(st["idle_s"]),
                              iterations=statistics.median(st["iters"]),
+                             host_ms=statistics.median(st["host"]),
                              same_tokens=st["tokens"] == stats["wait for each step"]["tokens"]))
     for llm in llms.values():
         llm.close()
@@ -121,13 +124,17 @@ def main(argv=None) -> int:
              f"of {args.repeats} rounds, the two engines alternating (order reversed every other round). "
              "Device idle: time the device waited for the host between ticks (each tick's launch and "
              "finish recorded by `DeviceTimeline`, GIL switch interval 0.1 ms so finishes are stamped "
-             "within ~0.1 ms), as a share of the job's span.", "",
-             "| job | engine | median s | out tok/s | x waiting | device idle | idle s | iterations | same tokens |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "within ~0.1 ms), as a share of the job's span. Host ms a step: the median over the steps of "
+             "the host's own work per step (`HOST_PHASES` but the wait; recorded with asynchronous "
+             "scheduling only).", "",
+             "| job | engine | median s | out tok/s | x waiting | device idle | idle s | iterations | host ms a step "
+             "| same tokens |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        host = "n/a" if math.isnan(r["host_ms"]) else f"{r['host_ms']:.2f}"
         lines.append(f"| {r['job']} | {r['mode']} | {r['median_s']:.2f} | {r['output_tokens_per_s']:.0f} | "
                      f"{r['speedup']:.2f} | {100 * r['device_idle_fraction']:.1f}% | {r['device_idle_s']:.2f} | "
-                     f"{r['iterations']:.0f} | {'yes' if r['same_tokens'] else 'NO'} |")
+                     f"{r['iterations']:.0f} | {host} | {'yes' if r['same_tokens'] else 'NO'} |")
     write_results(args.out, name, report, lines)
     return 0
 

@@ -47,14 +47,15 @@ HERE = Path(__file__).resolve().parent
 
 
 def medha_ticks(llm, run) -> dict:
-    """One more pass of a job with the executor's DeviceTimeline on: how many ticks it took and the
+    """One more pass of a job with the executor's DeviceTimeline on: how many ticks it took, the
     fraction of its span the device sat idle between them (the host's share, asynchronous
-    scheduling included)."""
+    scheduling included) and the host's median milliseconds a step by phase (`HOST_PHASES`)."""
     from medha_jax.executor.device_timeline import recording
     with recording(llm.engine.executor) as timeline:
         seconds, _ = run()
         idle, _, ticks = timeline.idle_fraction()
-    return dict(ticks=ticks, seconds=seconds, device_idle_fraction=idle)
+    return dict(ticks=ticks, seconds=seconds, device_idle_fraction=idle, host_ms=timeline.host_summary(),
+                host=timeline.describe_host())
 
 
 class HFWorker:
@@ -209,13 +210,14 @@ def main(argv=None) -> int:
              f"{args.repeats} rounds, systems interleaved, order reversed every other round; compiles during "
              f"the timed rounds: {report['compiles_in_timed_rounds']}.", "",
              "| job | medha-jax | Hugging Face | HF time / medha-jax time | greedy tokens | every run (medha / hf) "
-             "| medha-jax ticks, ms a tick, device idle between them (one more pass) |",
-             "|---|---|---|---|---|---|---|"]
+             "| medha-jax ticks, ms a tick, device idle between them (one more pass) | medha-jax host ms a step, "
+             "by phase (same pass) |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         runs = ", ".join(f"{a:.3f}/{b:.3f}" for a, b in zip(r["medha_runs"], r["hf_runs"]))
         lines.append(f"| {r['job']} | {r['medha_s']:.3f} s | {r['hf_s']:.3f} s | {r['speedup']:.2f}x | "
                      f"{r['agreement']} | {runs} | {r['ticks']}, {1e3 * r['seconds'] / max(1, r['ticks']):.1f} ms, "
-                     f"{100 * r['device_idle_fraction']:.1f}% |")
+                     f"{100 * r['device_idle_fraction']:.1f}% | {r['host']} |")
     write_results(args.out, name, report, lines)
     return 0
 

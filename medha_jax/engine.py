@@ -105,6 +105,7 @@ class Engine:
         self._in_pipeline: deque[tuple[ScheduledBatch, StepInput]] = deque()  # fed, tokens not out yet
         self._async = config.async_scheduling and self.executor.depth == 1
         self._launched: tuple[ScheduledBatch, StepInput, Launched, float] | None = None  # async: on the device, not read
+        self._returned: float | None = None  # async: when step() last returned (the host phases' "outside")
         self.num_iterations = 0
         self.last_iteration_time: float | None = None
         gc.freeze()  # long-lived params/tables out of the collector's walks: no multi-ms pauses mid-iteration
@@ -213,9 +214,13 @@ class Engine:
             return bool(self._live)
 
     def step(self) -> list[RequestOutput]:
+        t_in = time.perf_counter()
         outs = self._drain_pending()
         if self._async:
-            return outs + self._step_overlapped()
+            try:
+                return outs + self._step_overlapped(t_in)
+            finally:
+                self._returned = time.perf_counter()
         with HostWork():
             batch = self.scheduler.schedule(self.clock())
             ex = self.executor
@@ -246,7 +251,7 @@ class Engine:
             raise RuntimeError("the executor returned a step other than the oldest one in its pipeline")
         return outs + self._update(left, left_input, result, now)
 
-    def _step_overlapped(self) -> list[RequestOutput]:
+    def _step_overlapped(self, t_in: float) -> list[RequestOutput]:
         """Asynchronous scheduling (spp == 1): launch step n+1, then wait for step n's tokens.
 
         Step n was marked done when it was launched (its requests' sampled tokens pending), so
@@ -254,11 +259,17 @@ class Engine:
         While step n+1 is queued behind step n on the device, the host appends step n's tokens,
         detokenizes and finishes who stops; a request stopped by its token had a slot in step
         n+1 whose result is dropped. Step n's measured time runs from when it could start (its
-        launch, or step n-1's end as the host saw it) to when its tokens were on the host."""
+        launch, or step n-1's end as the host saw it) to when its tokens were on the host.
+
+        With the executor's device timeline on (`device_timeline.recording`), each call's host
+        seconds are recorded by phase (`HOST_PHASES`): what a device that waits for the host
+        waits for."""
         sched = self.scheduler
         prev, self._launched = self._launched, None
+        t_drained = time.perf_counter()
         with HostWork():  # no collector pass inside scheduling and packing
             batch = sched.schedule(self.clock())
+            t_scheduled = time.perf_counter()
             launched, launch_error, t_launch = None, None, 0.0
             swaps = self.kv_manager.take_swap_ops()
             if not batch.is_empty or swaps:
@@ -274,6 +285,7 @@ class Engine:
                     launch_error = e
             elif prev is None:
                 return []
+        t_launched = t_done = time.perf_counter()
         outs, start = [], t_launch
         if prev is not None:
             p_batch, p_fed, p_launched, p_start = prev
@@ -294,6 +306,15 @@ class Engine:
         if launched is not None:
             sched.on_batch_done(batch, self.clock(), tokens_pending=True, record=False)
             self._launched = (batch, fed, launched, start)
+        t_out = time.perf_counter()
+        timeline = self.executor.timeline
+        if timeline is not None:
+            t_start = t_launch or t_launched  # nothing launched: no launch phase
+            # outside counts only while a step was in flight (else the engine was idle, not the host slow)
+            busy = prev is not None and self._returned is not None
+            timeline.host_step((t_in - self._returned if busy else float("nan"), t_drained - t_in,
+                                t_scheduled - t_drained, t_start - t_scheduled, t_launched - t_start,
+                                t_done - t_launched, t_out - t_done))
         return outs
 
     def _update(self, batch: ScheduledBatch, fed: StepInput, result, now: float) -> list[RequestOutput]:

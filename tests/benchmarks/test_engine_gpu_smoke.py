@@ -33,7 +33,9 @@ def test_engine_gpu_dry_run(tmp_path):
     assert report["llama8b"]["compiles_after_warmup_total"] == 0
     assert all(p.get("ttft_s", 1) > 0 for p in phases)
     assert all(0.0 <= p["device_idle_fraction"] < 1.0 and p["ticks"] > 1 for p in phases[:2])
-    assert (tmp_path / "engine_hf_llama8b_cpu.md").read_text().startswith("# The engine on cpu")
+    assert all(p["host"].startswith("host ") and p["host_ms"]["schedule"] >= 0 for p in phases[:2])
+    md = (tmp_path / "engine_hf_llama8b_cpu.md").read_text()
+    assert md.startswith("# The engine on cpu") and "Host work per step, offline: host " in md
 
 
 def test_refuses_without_gpu_or_small(tmp_path):

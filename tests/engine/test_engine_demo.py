@@ -4,9 +4,13 @@ One warmed-up LLM per module (small shape ladders) keeps compile time down; ever
 it idle with all KV pages free, which the fixture checks.
 """
 
+import math
+import time
+
 import pytest
 
 from medha_jax import LLM, SamplingParams
+from medha_jax.executor.device_timeline import HOST_PHASES, recording
 from medha_jax.executor.executor import compile_events
 
 KW = dict(scheduler="fcfs", mesh="tp=2", num_devices=2, max_model_len=256, num_pages=64, page_size=16,
@@ -201,6 +205,29 @@ def test_async_scheduling_gives_the_tokens_stops_and_logprobs_of_waiting_for_eac
                                                                          w.stop_reason)
         assert g.logprobs == pytest.approx(w.logprobs, abs=1e-4)  # other batches: other summation orders
     assert got[0].finish_reason == "stop" and len(got[0].token_ids) < 20  # stopped by its token
+
+
+def test_the_device_timeline_times_every_tick_and_each_steps_host_phases(llm):
+    """With the timeline on, every tick gets its launch and finish, and every engine step the host
+    seconds of each phase: none negative, the first (nothing in flight before it) without an
+    'outside', and all of them together within the wall time of the run."""
+    engine = llm.engine
+    with recording(engine.executor) as timeline:
+        it0, t0 = engine.num_iterations, time.perf_counter()
+        llm.generate(["abc", "a longer prompt of some words"], _greedy(6))
+        wall = time.perf_counter() - t0
+        idle, idle_s, ticks = timeline.idle_fraction()
+    steps = timeline.host
+    assert ticks == len(timeline.ticks) == engine.num_iterations - it0 > 0
+    assert len(steps) > ticks  # one per launch, and the last step reads the last tick's tokens
+    assert all(len(p) == len(HOST_PHASES) for p in steps)
+    assert math.isnan(steps[0][0]) and all(not math.isnan(x) and x >= 0 for p in steps[1:] for x in p)
+    assert all(x >= 0 for x in steps[0][1:])
+    assert sum(sum(x for x in p if not math.isnan(x)) for p in steps) <= wall
+    assert 0.0 <= idle < 1.0 and 0.0 <= idle_s <= wall
+    summary = timeline.host_summary()
+    assert set(summary) == {*HOST_PHASES, "host"} and all(v >= 0 for v in summary.values())
+    assert timeline.describe_host().startswith("host ")
 
 
 def test_prefix_caching_gives_the_tokens_of_prefilling_everything(llm):
