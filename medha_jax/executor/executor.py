@@ -7,7 +7,10 @@ rest in a background thread (`background_compile`): until a tick's own bucket is
 padded in the cheapest compiled bucket that holds it (`runnable`). After warm-up a tick that
 finds no compiled bucket holding it is compiled on the spot and counted in
 `compiles_after_warmup`, and every XLA compile in the process is counted by `compile_events` (a
-jax.monitoring listener), so tests can assert a running engine compiles nothing.
+jax.monitoring listener), so tests can assert a running engine compiles nothing. Each compile
+first asks the process's memory-mapping budget (`map_budget`): a compile that would pass the
+kernel's limit raises MappingLimitError instead of crashing the process, and from then on ticks
+run padded in compiled buckets where one holds them.
 
     tick(step | None) -> (step leaving the last stage | None, its StepResult | None)
         pack the new step (a self-contained `StepInput` snapshot) at its own bucket -> PipelineSlots.plan (rows stacked per stage)
@@ -39,7 +42,9 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from medha_jax.executor.background_compile import BackgroundCompiler, bucket_cost
 from medha_jax.executor.buckets import Bucket, BucketLadders
 from medha_jax.executor.device_timeline import DeviceTimeline
+from medha_jax.executor import map_budget
 from medha_jax.executor.host_swap import HostSwap
+from medha_jax.executor.map_budget import MapBudget, MappingLimitError
 from medha_jax.executor.packing import MODEL_FIELDS, SAMPLING_FIELDS, PackedBatch, pack_batch, specs
 from medha_jax.executor.pipeline_slots import Microbatch, PipelineSlots, TickPlan, bucket_of
 from medha_jax.executor.sampler import SamplingArrays, sample
@@ -136,6 +141,7 @@ class Executor:
         self.compiles_after_warmup = 0
         self.padded_ticks = 0  # ticks run in a larger bucket while theirs was compiling
         self.num_buckets = len(ladders.all_buckets())
+        self.maps: MapBudget = map_budget.BUDGET  # the process's memory mappings, shared by its executors
 
     # ---- compilation -------------------------------------------------------------------
     def _abstract_args(self, b: Bucket):
@@ -155,10 +161,14 @@ class Executor:
                 sd((g * S,), i32))
 
     def compile_bucket(self, b: Bucket):
-        """The executable for bucket b, compiled now unless it already is."""
+        """The executable for bucket b, compiled now unless it already is. Raises
+        MappingLimitError (nothing compiled) when one more would pass the process's limit on
+        memory mappings (`map_budget`)."""
         exe = self._compiled.get(b)
         if exe is None:
+            before = self.maps.check(1)
             exe = self._jitted.lower(*self._abstract_args(b)).compile()
+            self.maps.record(before)
             self._compiled[b] = exe
         return exe
 
@@ -171,15 +181,20 @@ class Executor:
     def runnable(self, b: Bucket) -> Bucket:
         """The bucket a tick that needs b runs in: b once compiled; while the background compiler
         is running, the cheapest compiled bucket holding b (padding costs time, a compile costs
-        seconds) while b is compiled next in the background; b itself (compiled on the spot)
-        when none holds it."""
-        if b in self._compiled or self.background is None or self.background.finished:
+        seconds) while b is compiled next in the background; the same, for good, once a compile
+        was refused for the process's memory-mapping limit (`map_budget`); b itself (compiled on
+        the spot) when none holds it."""
+        if b in self._compiled:
+            return b
+        compiling = self.background is not None and not self.background.finished
+        if not compiling and not self.maps.refused and self.maps.fits(1):
             return b
         holders = [c for c in tuple(self._compiled)
                    if c.tokens >= b.tokens and c.seqs >= b.seqs and c.pages >= b.pages]
         if not holders:
             return b
-        self.background.want(b)
+        if compiling:
+            self.background.want(b)
         self.padded_ticks += 1
         return min(holders, key=bucket_cost)
 
@@ -209,6 +224,7 @@ class Executor:
             rest = [b for b in buckets if b not in self._compiled]
             self.background = BackgroundCompiler(self, rest, eager=self.EAGER_BUCKETS)
             return 1
+        self.maps.check(len(buckets) - len(self._compiled))  # refuse now, not after minutes of compiling
         it = buckets
         if progress:
             from tqdm import tqdm
@@ -359,4 +375,4 @@ class Executor:
         return jax.make_array_from_callback(a.shape, self._shardings[field], lambda idx: a[idx])
 
 
-__all__ = ["Executor", "Launched", "StepResult", "TickPlan", "compile_events"]
+__all__ = ["Executor", "Launched", "MappingLimitError", "StepResult", "TickPlan", "compile_events"]
