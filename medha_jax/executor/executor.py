@@ -42,9 +42,8 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from medha_jax.executor.background_compile import BackgroundCompiler, bucket_cost
 from medha_jax.executor.buckets import Bucket, BucketLadders
 from medha_jax.executor.device_timeline import DeviceTimeline
-from medha_jax.executor import map_budget
 from medha_jax.executor.host_swap import HostSwap
-from medha_jax.executor.map_budget import MapBudget, MappingLimitError
+from medha_jax.executor.map_budget import BUDGET, MapBudget, MappingLimitError
 from medha_jax.executor.packing import MODEL_FIELDS, SAMPLING_FIELDS, PackedBatch, pack_batch, specs
 from medha_jax.executor.pipeline_slots import Microbatch, PipelineSlots, TickPlan, bucket_of
 from medha_jax.executor.sampler import SamplingArrays, sample
@@ -141,7 +140,7 @@ class Executor:
         self.compiles_after_warmup = 0
         self.padded_ticks = 0  # ticks run in a larger bucket while theirs was compiling
         self.num_buckets = len(ladders.all_buckets())
-        self.maps: MapBudget = map_budget.BUDGET  # the process's memory mappings, shared by its executors
+        self.maps: MapBudget = BUDGET  # the process's memory mappings, shared by its executors
 
     # ---- compilation -------------------------------------------------------------------
     def _abstract_args(self, b: Bucket):

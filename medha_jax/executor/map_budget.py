@@ -1,7 +1,7 @@
 """The kernel's limit on one process's memory mappings, and how much of it compiled buckets take.
 
   Executor.compile_bucket(b) -> BUDGET.check(1) -> compile -> BUDGET.record(mappings before)
-      check(n): the process's mappings now (/proc/self/maps) + n more executables (the median one
+      check(n): the process's mappings now (/proc/self/maps) + n more executables (the least one
       compile has added so far, PER_BUCKET_GUESS before the first) + RESERVE of the limit
       (/proc/sys/vm/max_map_count) must fit, else MappingLimitError naming the limit and the ways
       around it; no limit known (not Linux): everything fits
@@ -10,9 +10,9 @@
       compiled bucket that holds b (and so from the first refusal on)
 
 Why: XLA:CPU maps each JIT-compiled kernel's code, constants and data as pages of their own, about
-430 mappings per compiled engine step of the demo model (jaxlib 0.11.2, 2026-11-28; ~330 in
-2026-11), so the usual default of 65,530 holds ~150 compiled buckets per process, counted over every
-engine in it. Past the limit LLVM cannot map memory (`LLVM compilation error: Cannot allocate
+430 mappings per compiled engine step of the demo model (jaxlib 0.11.2, 2026-11-28; ~330 when
+issue #16 was filed; `benchmarks/mappings_per_bucket.py`), so the usual default of 65,530 holds
+~145 compiled buckets per process, counted over every engine in it. Past the limit LLVM cannot map memory (`LLVM compilation error: Cannot allocate
 memory`) and the process dies with SIGSEGV, taking every request in it along: two engines of 92
 buckets each in one process did (benchmarks/host_overlap.py). With the guard the compile that
 would not fit raises instead; the background compiler stops there and the engine serves on the
@@ -21,11 +21,12 @@ buckets it has (`Executor.runnable` pads into them). One budget per process (`BU
 
 from __future__ import annotations
 
-import statistics
 import threading
 
 PER_BUCKET_GUESS = 450
 """Mappings one compiled bucket is assumed to add before a compile has been measured."""
+MIN_MEASURED = 50
+"""A compile measured to add fewer mappings than this freed some meanwhile: not a measurement."""
 RESERVE = 0.05
 """Share of the limit kept free for everything else (thread stacks, arrays, libraries)."""
 
@@ -62,10 +63,15 @@ class MapBudget:
 
     @property
     def per_bucket(self) -> int:
-        """Mappings one compile adds: the median measured so far (robust to a first compile's
-        one-time mappings and to two compiles overlapping), PER_BUCKET_GUESS before any."""
+        """Mappings one compile adds: the least measured so far, PER_BUCKET_GUESS before any. The
+        least, because what inflates a measurement (mappings a first compile makes once, a compile
+        in another thread at the same time) would refuse compiles that fit, multiplied by the
+        buckets left when warm-up checks them all at once; the buckets of one model add within a
+        few percent of each other (421-438 for the demo's). Measurements under MIN_MEASURED (memory
+        freed while compiling) are not counted."""
         with self._lock:
-            return int(statistics.median(self._added)) if self._added else PER_BUCKET_GUESS
+            good = [a for a in self._added if a >= MIN_MEASURED]
+            return min(good) if good else PER_BUCKET_GUESS
 
     def check(self, n: int = 1) -> int | None:
         """Raise MappingLimitError unless n more compiled buckets fit; returns the mappings now."""
