@@ -17,7 +17,6 @@ the host between ticks over the span of the job), greedy outputs compared
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import statistics
 import sys
@@ -62,8 +61,7 @@ def main(argv=None) -> int:
     # warmup=False: each job's untimed pass compiles the buckets it needs. Every bucket of both
     # engines (92 each) held ~79,000 memory mappings, past the kernel's limit of 65,530, and the
     # second engine's compiles crashed the process (2026-11-28; now refused by map_budget)
-    if args.small:  # a few buckets: two engines compiling every bucket of the full shapes (92 each)
-        # ran past the kernel's vm.max_map_count (65,530 memory mappings) and crashed
+    if args.small:  # a code-path check: a few small buckets
         shapes.update(max_model_len=128, num_pages=64, max_num_seqs=8, max_num_batched_tokens=64)
     log = lambda m: print(f"[overlap {time.strftime('%H:%M:%S')}] {m}", flush=True)  # noqa: E731
     load_before = os.getloadavg()
@@ -116,8 +114,7 @@ def main(argv=None) -> int:
                              device_idle_fraction=statistics.median(st["idle"]), idle_fractions=st["idle"],
                              device_idle_s=statistics.median(st["idle_s"]),
                              iterations=statistics.median(st["iters"]),
-                             host_ms=statistics.median(h.get("host", math.nan) for h in st["host"]),
-                             host_phases_ms={k: statistics.median(h[k] for h in st["host"]) for k in st["host"][0]},
+                             host_ms={k: statistics.median(h[k] for h in st["host"]) for k in st["host"][0]},
                              compiles_while_timed=timed_compiles,
                              same_tokens=st["tokens"] == stats["wait for each step"]["tokens"]))
     for llm in llms.values():
@@ -140,7 +137,7 @@ def main(argv=None) -> int:
              "| same tokens |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        host = "n/a" if math.isnan(r["host_ms"]) else f"{r['host_ms']:.2f}"
+        host = f"{r['host_ms']['host']:.2f}" if r["host_ms"] else "n/a"  # recorded with async scheduling only
         lines.append(f"| {r['job']} | {r['mode']} | {r['median_s']:.2f} | {r['output_tokens_per_s']:.0f} | "
                      f"{r['speedup']:.2f} | {100 * r['device_idle_fraction']:.1f}% | {r['device_idle_s']:.2f} | "
                      f"{r['iterations']:.0f} | {host} | {'yes' if r['same_tokens'] else 'NO'} |")
