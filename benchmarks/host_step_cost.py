@@ -91,7 +91,7 @@ def run(decodes: int, steps: int, min_ctx: int, max_ctx: int, seed: int) -> dict
         t3 = time.perf_counter()
         now += batch.predicted_time or 0.01
         got: list[Request] = []
-        sampled = [rng.randrange(32, 127) for _ in batch.seqs]
+        sampled = [rng.randrange(32, 127) for _ in range(batch.num_seqs)]
         t3b = time.perf_counter()
         sched.on_batch_done(batch, now, measured_time=batch.predicted_time)
         sched.update_from_output(batch, sampled, now, on_token=on_token)
@@ -100,7 +100,7 @@ def run(decodes: int, steps: int, min_ctx: int, max_ctx: int, seed: int) -> dict
         t5 = time.perf_counter()
         for p, dt in zip(PARTS, (t1 - t0, t2 - t1, t3 - t2, t4 - t3b, t5 - t4)):
             times[p].append(dt * 1e3)
-        sizes.append((len(batch.seqs), batch.num_tokens, width))
+        sizes.append((batch.num_seqs, batch.num_tokens, width))
         # keep the decode count: the newest decodes beyond `decodes` finish
         extra = [r for r in sched.running if not r.is_prefill][decodes:]
         for r in extra:

@@ -167,7 +167,7 @@ def run(policy: str, iterations: int, n_waiting: int, n_running: int, seed: int,
             cpu_times.append(cpu)
             sched_times.append(t1 - t0)
             done_times.append(t2 - t1)
-            sizes.append((len(batch.seqs), batch.num_tokens))
+            sizes.append((batch.num_seqs, batch.num_tokens))
         sched.update_from_output(batch, 0, now)
         # keep the steady state: n_running decodes (oldest finish first), n_waiting waiting
         decodes = [r for r in sched.running if not r.is_prefill]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import NamedTuple
 
 from medha_jax.batch import ScheduledBatch
@@ -75,7 +76,7 @@ class StepInput:
         previous step)."""
         seqs = []
         append, new, seq_input = seqs.append, tuple.__new__, SeqInput
-        for s in batch.seqs:
+        for s in batch.chunks:
             req = s.request
             sp = req.sampling_params
             start, n = s.start_pos, s.num_tokens
@@ -95,6 +96,22 @@ class StepInput:
                                    tuple([t[:] for t in s.page_tables]), s.samples, sp.temperature, sp.top_k,
                                    sp.top_p, req.seed, len(req.output_token_ids) + pending, feed, s.first_group,
                                    targets)))
+        # the decodes: one token each at `start` (>= the prompt's length: it has sampled), which samples
+        groups = batch.decode_groups or repeat(0)
+        for req, start, tables, g in zip(batch.decodes, batch.decode_starts, batch.decode_tables, groups):
+            sp = req.sampling_params
+            out = req.output_token_ids
+            j = start - len(req.prompt_token_ids)  # its token: an output, or the pending one (id 0 here)
+            pending = req.num_pending_tokens
+            feed = -1
+            if pending:  # its token is the pending one
+                if sampled_at is None or req.request_id not in sampled_at:
+                    raise RuntimeError(f"request {req.request_id!r} has a pending token the previous step did "
+                                       "not sample")
+                feed = sampled_at[req.request_id]
+            append(new(seq_input, (req.request_id, start, 1, (out[j] if j < len(out) else 0,),
+                                   tuple([t[:] for t in tables]), True, sp.temperature, sp.top_k, sp.top_p,
+                                   req.seed, len(out) + pending, feed, g, ())))
         return StepInput(tuple(seqs))
 
     @property

@@ -2,8 +2,9 @@
 
   engine --add_request / abort--> Scheduler (waiting queue, running set, KVCacheManager)
   engine --schedule(now)-------> ScheduledBatch: all ready decodes are chosen first (phase 1),
-                                 then prefill chunks by the packer (phase 2); the batch lists the
-                                 prefill chunks first, then the decodes; page tables attached
+                                 then prefill chunks by the packer (phase 2); the batch keeps the
+                                 chunks (`ScheduledSeq`s) and the decodes (parallel lists) apart,
+                                 chunks first in its order; page tables attached
   engine --on_batch_done(batch, now, measured_time)--> num_computed_tokens += scheduled tokens,
                                  IterationRecord(composition, predicted, measured)
   engine --update_from_output(batch, sampled, now)--> each sequence that sampled gets its token
@@ -53,7 +54,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Callable, Iterator, Sequence
-from itertools import repeat
+from itertools import chain, count
 
 from medha_jax.batch import ScheduledBatch, ScheduledSeq
 from medha_jax.kv_cache_manager import KVCacheManager
@@ -252,13 +253,10 @@ class Scheduler:
         batch = ScheduledBatch(group_rows=[0] * self.groups, group_tokens=[0] * self.groups)
         self.passed_over_last, self.passed_over = self.passed_over, set()
         self._schedule_decodes(batch, now)
-        n_decodes = len(batch.seqs)
         self.packer.pack_prefills(self, batch, now)
         if self._matched:
             self._settle_offers()
-        if n_decodes and len(batch.seqs) > n_decodes:  # the contract: prefill chunks first
-            batch.seqs = batch.seqs[n_decodes:] + batch.seqs[:n_decodes]
-        if batch.seqs and self.predictor is not None and batch.predicted_time is None:
+        if not batch.is_empty and self.predictor is not None and batch.predicted_time is None:
             if self.kv.kvp == 1:
                 batch.predicted_time = self.predictor.predict(Composition.from_batch(batch))
             else:
@@ -276,17 +274,27 @@ class Scheduler:
         samples leaves its request one pending token (`Request.num_pending_tokens`), which the
         next batch may already compute, and `update_from_output` later turns into its id.
         record=False: the engine records the iteration itself once it is timed (`record`)."""
-        prefix = self.kv.prefix is not None
-        for seq in batch.seqs:
+        commit = self.kv.commit if self.kv.prefix is not None else None
+        in_flight, running = self._in_flight, self.running
+        for seq in batch.chunks:
             req = seq.request
-            self._in_flight.discard(req)
-            if req.is_finished or req.num_computed_tokens != seq.start_pos or req not in self.running:
+            in_flight.discard(req)
+            if req.is_finished or req.num_computed_tokens != seq.start_pos or req not in running:
                 continue  # finished, aborted or preempted while in flight: nothing to advance
             req.num_computed_tokens += seq.num_tokens
             if tokens_pending and seq.samples:
                 req.num_pending_tokens += 1
-            if prefix:
-                self.kv.commit(req)
+            if commit is not None:
+                commit(req)
+        in_flight.difference_update(batch.decodes)
+        for req, start in zip(batch.decodes, batch.decode_starts):  # one token each, which samples
+            if req.is_finished or req.num_computed_tokens != start or req not in running:
+                continue
+            req.num_computed_tokens = start + 1
+            if tokens_pending:
+                req.num_pending_tokens += 1
+            if commit is not None:
+                commit(req)
         batch.tokens_pending = tokens_pending
         for req in batch.preempted:
             if req.status is RequestStatus.PREEMPTED:
@@ -296,7 +304,7 @@ class Scheduler:
 
     def record(self, batch: ScheduledBatch, now: float, measured_time: float | None) -> None:
         """The iteration's record (predicted vs measured); the predictor learns from the pair."""
-        if not batch.seqs:
+        if batch.is_empty:
             return
         comp = Composition.from_batch(batch)
         self.records.append(IterationRecord(comp, batch.predicted_time, measured_time, now))
@@ -335,15 +343,16 @@ class Scheduler:
         finished = []
         eos = self.eos_token_ids
         pending = batch.tokens_pending
+        chunks = batch.chunks
         if prompt_scores:
             for i, scores in prompt_scores.items():
-                self._keep_prompt_scores(batch.seqs[i], *scores)
+                self._keep_prompt_scores(chunks[i], *scores)  # a scored prompt's chunk: never a decode
         if not isinstance(sampled, int) and hasattr(sampled, "tolist"):
             sampled = sampled.tolist()  # Python ints in one call, not one numpy scalar per sequence
-        for i, seq in enumerate(batch.seqs):
-            if not seq.samples:
-                continue
-            req = seq.request
+        # (sequence index, request) of each sequence that samples: chunks first, then the decodes
+        samplers = chain(((i, s.request) for i, s in enumerate(chunks) if s.samples),
+                         zip(count(len(chunks)), batch.decodes))
+        for i, req in samplers:
             if req.is_finished:
                 continue
             if pending:  # the token was counted as pending when the batch was done
@@ -472,7 +481,7 @@ class Scheduler:
         rows = n if self.scores_prompt(req) else 1
         seq = ScheduledSeq(req, start, n, self.kv.page_tables(req), start + n == req.num_tokens, rows,
                            self.kv.first_groups.get(req.request_id, 0))
-        batch.seqs.append(seq)
+        batch.chunks.append(seq)
         batch.num_rows += rows
         g = self.run_group(req, start)
         batch.group_rows[g] += rows
@@ -540,16 +549,15 @@ class Scheduler:
         each): it reads the KV manager's `covered` and `tables` maps directly, asks for a page only
         when a decode's next position starts one (`try_add_page`, then `reserve` with preemption if
         that finds none), and binds the methods it calls per request to locals. The loop keeps
-        only each decode's request and position; their `ScheduledSeq`s are made after it in one
-        C-level pass (`map` over `zip`). That saves the per-object bytecode, ~20% of making them
-        (most of it is allocating 256 tuple-subclass objects, ~0.2 us each on the 2-core VM)."""
+        only each decode's request and position; the batch keeps them as lists
+        (`ScheduledBatch.decodes`), with their tables and groups looked up after it in C (`map`).
+        No object per decode: allocating 256 `ScheduledSeq`s was ~40% of this pass."""
         in_flight = self._in_flight
         partials = []
         cap = self.config.max_num_seqs  # per batch; with per-group batches, per kvp group
         per_group = self.groups > 1
         k, M = self.groups, self.kv.max_tokens_per_kvp_group
         g_rows, g_tokens = batch.group_rows, batch.group_tokens
-        seqs = batch.seqs
         running = self.running
         covered = self.kv.covered
         tables = self.kv.tables
@@ -560,7 +568,7 @@ class Scheduler:
         preempted = batch.preempted
         decodes, starts = [], []  # the decodes scheduled, in order, and their positions
         add_decode, add_start = decodes.append, starts.append
-        n = len(seqs)
+        n = batch.num_seqs
         marked = 0  # decodes[marked:]: scheduled, not yet marked in flight (all at once, after the loop)
         # a snapshot (`reserve` may preempt); in-flight requests are left out up front (none when
         # the engine waits for each step)
@@ -598,12 +606,12 @@ class Scheduler:
                 g_rows[g] += 1
                 g_tokens[g] += 1
         in_flight.update(decodes[marked:])
-        if decodes:  # ScheduledSeq(req, start, 1, its page tables, samples, 1 row, first group), made in C
+        if decodes:  # the batch's decode lists (`ScheduledBatch.decodes`), their tables and groups made in C
             ids = list(map(_id_of, decodes))
-            groups = repeat(0) if one_group else map(first_groups.__getitem__, ids)
-            seqs.extend(map(tuple.__new__, repeat(ScheduledSeq),
-                            zip(decodes, starts, repeat(1), map(tables.__getitem__, ids), repeat(True), repeat(1),
-                                groups)))
+            batch.decodes, batch.decode_starts = decodes, starts
+            batch.decode_tables = list(map(tables.__getitem__, ids))
+            if not one_group:
+                batch.decode_groups = list(map(first_groups.__getitem__, ids))
         batch.num_rows = n
         if not per_group:
             g_rows[0] = g_tokens[0] = n

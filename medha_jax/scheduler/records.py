@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from itertools import repeat
 
 from medha_jax.batch import ScheduledBatch, seq_first_group, seq_num_tokens, seq_start_pos
 
@@ -36,9 +37,10 @@ class Composition:
 
     @classmethod
     def from_batch(cls, batch: ScheduledBatch) -> "Composition":
-        seqs = batch.seqs  # hundreds of decodes: the pairs are made in C (`zip` of field getters)
-        groups = tuple(map(seq_first_group, seqs))
-        return cls(tuple(zip(map(seq_num_tokens, seqs), map(seq_start_pos, seqs))), groups if any(groups) else None)
+        chunks, n = batch.chunks, len(batch.decodes)  # hundreds of decodes: the pairs are made in C
+        pairs = (*zip(map(seq_num_tokens, chunks), map(seq_start_pos, chunks)), *zip(repeat(1), batch.decode_starts))
+        groups = (*map(seq_first_group, chunks), *(batch.decode_groups or repeat(0, n)))
+        return cls(pairs, groups if any(groups) else None)
 
     @property
     def num_tokens(self) -> int:

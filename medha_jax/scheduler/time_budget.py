@@ -47,8 +47,9 @@ Pure Python, no JAX.
 from __future__ import annotations
 
 import math
+from itertools import repeat
 
-from medha_jax.batch import ScheduledBatch, seq_start_pos
+from medha_jax.batch import ScheduledBatch
 from medha_jax.kvp_layout import owner
 from medha_jax.scheduler.chunking import budget_chunk
 from medha_jax.scheduler.kvp_cost import batch_cost
@@ -78,15 +79,15 @@ class TimeBudgetPacker:
                         period=self.predictor.chunk_period)
         cost = batch_cost(self.predictor, sched.kv)
         kv = sched.kv
-        # whole tiles need a tiled profile and decodes to bank time (batch.seqs: phase 1's decodes)
+        # whole tiles need a tiled profile and decodes to bank time (phase 1 put only decodes here)
         whole_tiles = (self.predictor.chunk_period > 0 and cfg.bank_cap > 1.0 and cfg.depth == 1
-                       and not kv.per_group_batches and t_target < math.inf and bool(batch.seqs))
+                       and not kv.per_group_batches and t_target < math.inf and bool(batch.decodes))
+        starts = batch.decode_starts
         if kv.kvp == 1:
-            starts = list(map(seq_start_pos, batch.seqs))  # phase 1 put only decodes here
             cost.add_decodes(len(starts), sum(starts), max(starts, default=0))
         else:
-            for s in batch.seqs:
-                cost.add(1, s.start_pos, s.first_group)
+            for start, g in zip(starts, batch.decode_groups or repeat(0)):
+                cost.add(1, start, g)
         t_pred = cost.time()
         # per_group: the groups run in lockstep, so a group's chunk that outlasts the others idles
         # them; with k groups decoding, each may use its 1/k share of the budget their decodes
@@ -160,7 +161,7 @@ class TimeBudgetPacker:
             n, _ = budget_chunk(lambda q: cost.time_with(q, processed, h), req.num_remaining_tokens, budget,
                                 limit=tokens_left, **chunk_kw)
             if n == 0:
-                if batch.seqs:
+                if not batch.is_empty:
                     continue
                 n = min(req.num_remaining_tokens, cfg.min_chunk, tokens_left)
             elif whole_tiles and n % self.predictor.chunk_period:
@@ -189,7 +190,7 @@ class TimeBudgetPacker:
             prefills_on[owner(n, processed, h, kv.max_tokens_per_kvp_group, kv.kvp)] += 1
             if groups is not None:
                 long_groups.update(groups)
-        batch.predicted_time = t_pred if batch.seqs else None
+        batch.predicted_time = None if batch.is_empty else t_pred
 
     def _whole_tiles(self, sched, batch: ScheduledBatch, cost, req, processed: int, h: int, n: int, limit: int,
                      t_pred: float, now: float, keep: float) -> int:

@@ -14,6 +14,8 @@ costs more per token (`TimeBudgetPacker._whole_tiles`). Pure Python.
 
 from __future__ import annotations
 
+from itertools import chain
+
 from medha_jax.batch import ScheduledBatch
 
 
@@ -21,10 +23,8 @@ def decode_slack(batch: ScheduledBatch, start: float, token_target: float) -> fl
     """Least slack over the batch's decodes (seconds, may be negative: behind schedule); None when
     the batch holds no decode or a decode's first token is still on the device (its time unknown)."""
     slack = None
-    for seq in batch.seqs:
-        r = seq.request
-        if seq.num_tokens != 1 or not r.has_sampled:
-            continue  # a prefill chunk
+    one_token = (s.request for s in batch.chunks if s.num_tokens == 1 and s.request.has_sampled)
+    for r in chain(one_token, batch.decodes):  # the decodes (a prefill chunk banks nothing)
         if r.first_token_time is None:
             return None
         s = r.first_token_time + (r.num_output_tokens + r.num_pending_tokens) * token_target - start

@@ -46,6 +46,7 @@ from medha_jax.batch import ScheduledBatch
 from medha_jax.request import Request
 from medha_jax.sampling_params import SamplingParams
 from medha_jax.scheduler.base import Scheduler
+from medha_jax.scheduler.records import Composition
 from medha_jax.sim.tokens import OWN_SEGMENTS, SegmentTokens
 from medha_jax.sim.workload import RequestSpec
 
@@ -172,9 +173,11 @@ def simulate(scheduler: Scheduler, specs: list[RequestSpec], device, *, horizon:
                 continue
             entry = None
         else:
-            seqs = [(s.num_tokens, s.start_pos) for s in batch.seqs]
-            groups = [s.first_group for s in batch.seqs] if spread else None
-            entry = (batch, (run(seqs, groups) if spread else run(seqs))[0], any(s.samples for s in batch.seqs))
+            comp = Composition.from_batch(batch)
+            seqs = comp.seqs
+            groups = (comp.groups or [0] * len(seqs)) if spread else None
+            samples = bool(batch.decodes) or any(s.samples for s in batch.chunks)
+            entry = (batch, (run(seqs, groups) if spread else run(seqs))[0], samples)
             tokens += sum(q for q, _ in seqs)
             n_iter += 1
             if n_iter >= max_iterations:
