@@ -11,6 +11,10 @@ tokens of context. Device model: a linear RuntimePredictor with plausible single
 
   PYTHONPATH=. python benchmarks/scheduler_overhead.py [--iterations 2000] [--warmup 100] [--policies lars,fcfs] [--gc engine,on] [--repeat 3] [--phases]
 
+Before every timed call (untimed) a `SpeedProbe` pass says how fast the VM runs Python right then:
+each row also gives the probe's spread and the p50 / p99 over the calls with a full-speed probe
+beside them (`full_speed`), next to the plain p50 / p99 over every call, which stay the measure.
+
 --phases times the three parts of every `schedule()` call too (thread CPU: the decode pass, the
 prefill packing, and inside the packing the call building the policy's candidate order) and
 reports them for the 40 iterations around the median and for the slowest 1%: whether the p99 is
@@ -64,6 +68,37 @@ class Workload:
         self.n += 1
         return Request(f"q{self.n}", [1] * prompt_len, SamplingParams(max_tokens=max_tokens),
                        arrival_time=now + rng.uniform(-1.0, 0.0))
+
+
+class _Item:
+    __slots__ = ("a", "b", "c", "key")
+
+    def __init__(self, i: int):
+        self.a, self.b, self.c, self.key = [i] * 8, i, i & 1, f"k{i}"
+
+
+class SpeedProbe:
+    """The VM's speed at Python work of the scheduler's kind: the time of a fixed pass over 256
+    slotted objects (4 attribute reads, a `len`, a dict lookup, two list appends each: the decode
+    pass's diet), ~27 us when this VM runs at full speed. This VM switches within seconds between
+    that and ~1.8x slower spells (the same pass, the same process, either CPU), and one day ran the
+    same scheduler code 2-2.5x slower than another: a probe next to every timed call says which
+    calls ran in a slow spell."""
+
+    def __init__(self):
+        self.items = [_Item(i) for i in range(256)]
+        self.table = {it.key: it.b for it in self.items}
+
+    def sample(self) -> float:
+        """One pass, thread CPU microseconds."""
+        t0 = time.thread_time_ns()
+        xs, ys = [], []
+        table = self.table
+        for it in self.items:
+            if len(it.a) + it.b - it.c > table[it.key]:
+                xs.append(it)
+                ys.append(it.b)
+        return (time.thread_time_ns() - t0) / 1e3
 
 
 def percentile(xs: list[float], p: float) -> float:
@@ -148,10 +183,12 @@ def run(policy: str, iterations: int, n_waiting: int, n_running: int, seed: int,
     elif gc_mode == "off":
         gc.disable()
     host_work = HostWork if gc_mode == "engine" else contextlib.nullcontext
-    sched_times, cpu_times, done_times, sizes = [], [], [], []
+    sched_times, cpu_times, done_times, sizes, speeds = [], [], [], [], []
+    probe = SpeedProbe()
     for it in range(warmup + iterations):
         if gc_mode == "engine":
             collect_due()  # where the engine runs it: before it blocks on the device (untimed here)
+        speed = probe.sample()  # untimed: how fast the VM runs Python right now
         c0 = time.thread_time()
         t0 = time.perf_counter()
         with host_work():
@@ -165,6 +202,7 @@ def run(policy: str, iterations: int, n_waiting: int, n_running: int, seed: int,
         t2 = time.perf_counter()
         if it >= warmup:
             cpu_times.append(cpu)
+            speeds.append(speed)
             sched_times.append(t1 - t0)
             done_times.append(t2 - t1)
             sizes.append((batch.num_seqs, batch.num_tokens))
@@ -179,6 +217,9 @@ def run(policy: str, iterations: int, n_waiting: int, n_running: int, seed: int,
     gc.unfreeze()
     ms = [t * 1e3 for t in sched_times]
     cpu_ms = [t * 1e3 for t in cpu_times]
+    # the calls with a full-speed probe beside them: within 20% of the run's fastest tenth
+    fast = percentile(speeds, 10) * 1.2
+    cpu_fast = [c for c, sp in zip(cpu_ms, speeds) if sp <= fast]
     done_ms = [t * 1e3 for t in done_times]
     return {
         "policy": policy,
@@ -191,6 +232,9 @@ def run(policy: str, iterations: int, n_waiting: int, n_running: int, seed: int,
         "schedule_ms": {"p50": percentile(ms, 50), "p99": percentile(ms, 99), "max": max(ms),
                         "mean": statistics.fmean(ms)},
         "schedule_cpu_ms": {"p50": percentile(cpu_ms, 50), "p99": percentile(cpu_ms, 99), "max": max(cpu_ms)},
+        "probe_us": {"p10": percentile(speeds, 10), "p50": percentile(speeds, 50), "p90": percentile(speeds, 90)},
+        "full_speed": {"calls": len(cpu_fast), "cpu_p50_ms": percentile(cpu_fast, 50),
+                       "cpu_p99_ms": percentile(cpu_fast, 99)},
         "iterations_over_0.5ms_wall": sum(1 for t in ms if t > 0.5),
         "on_batch_done_ms": {"p50": percentile(done_ms, 50), "p99": percentile(done_ms, 99)},
         "mean_batch_seqs": statistics.fmean(s for s, _ in sizes),
@@ -233,6 +277,9 @@ def main(argv=None) -> int:
                   f"thread CPU p50 {c['p50']:.3f} p99 {c['p99']:.3f} ms  "
                   f"(on_batch_done p50 {res['on_batch_done_ms']['p50']:.3f} ms; "
                   f"{res['mean_batch_seqs']:.0f} seqs / {res['mean_batch_tokens']:.0f} tokens per batch)", flush=True)
+            pr, fs = res["probe_us"], res["full_speed"]
+            print(f"{'':>8} VM speed probe p10/p50/p90 {pr['p10']:.0f}/{pr['p50']:.0f}/{pr['p90']:.0f} us; the {fs['calls']} "
+                  f"calls at full speed: thread CPU p50 {fs['cpu_p50_ms']:.3f} p99 {fs['cpu_p99_ms']:.3f} ms", flush=True)
             for group, row in (res["phases_ms"] or {}).items():
                 print(f"{'':>8} {group:<12}: " + ", ".join(f"{k} {v:.3f} ms" for k, v in row.items()), flush=True)
             results.append(res)
