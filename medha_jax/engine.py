@@ -148,8 +148,13 @@ class Engine:
         ttft_deadline: float | None = None,
         tpot_target: float | None = None,
         priority_class: int = 0,
+        stream: bool = True,
     ) -> Request:
-        """Validate and queue a request; it joins the scheduler at the next `step()`."""
+        """Validate and queue a request; it joins the scheduler at the next `step()`.
+
+        stream=False: `step()` returns no snapshot of it until it ends, then one with every token as
+        new (`LLM.generate` reads only that one; a batch of 256 saves building 256 `RequestOutput`s
+        a step, ~1.5 ms of host time on the 2-core VM)."""
         sp = sampling_params if sampling_params is not None else SamplingParams()
         if not isinstance(sp, SamplingParams):
             raise ValueError(f"sampling_params must be a SamplingParams, got {type(sp).__name__}")
@@ -181,7 +186,7 @@ class Engine:
                 ttft_deadline=ttft_deadline, tpot_target=tpot_target, priority_class=priority_class,
                 seed=sp.seed if sp.seed is not None else self._rng.getrandbits(32),
             )
-            self._streams[rid] = OutputStream(self.tokenizer, req)
+            self._streams[rid] = OutputStream(self.tokenizer, req, streams=stream)
             self._live[rid] = req
             self._pending_adds.append(req)
         return req
@@ -338,7 +343,11 @@ class Engine:
                                           prompt_scores=scores or None, on_token=on_token)
         outs = []
         for req in got:
-            outs.append(self._streams[req.request_id].output([req.output_token_ids[-1]]))
+            stream = self._streams[req.request_id]
+            if stream.streams:
+                outs.append(stream.output([req.output_token_ids[-1]]))
+            elif req.is_finished:  # its only snapshot: every token is new
+                outs.append(stream.output(list(req.output_token_ids)))
             if req.is_finished:
                 self._forget(req)
         return outs

@@ -73,7 +73,8 @@ class LLM:
                 token_ids.append(self.engine.validate_prompt(p))
             except ValueError as e:
                 raise ValueError(f"prompt {i}: {e}") from None
-        ids = [self.engine.add_request(t, sp).request_id for t, sp in zip(token_ids, params)]
+        # stream=False: the engine makes each request's output once, when it ends
+        ids = [self.engine.add_request(t, sp, stream=False).request_id for t, sp in zip(token_ids, params)]
         final: dict[str, RequestOutput] = {}
         wanted = set(ids)
         while wanted - final.keys():

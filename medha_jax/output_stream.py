@@ -4,6 +4,7 @@
   engine, for every request that got a token / finished --output(new_ids, ...)--> RequestOutput
       not finished: the text delta safe to stream, cumulative fields as O(1) views
       finished:     the rest of the text (flushed), cumulative fields copied once
+  (a request added with stream=False gets only the finished one, every token in new_ids)
 
 So streaming n tokens costs O(n) in total (tests/engine/test_output_stream.py counts it).
 Pure Python.
@@ -17,8 +18,10 @@ from medha_jax.request import Request
 
 
 class OutputStream:
-    def __init__(self, tokenizer, request: Request):
+    def __init__(self, tokenizer, request: Request, *, streams: bool = True):
         self.request = request
+        self.streams = streams
+        """False: the engine asks for no snapshot until the request ends (`Engine.add_request`)."""
         sp = request.sampling_params
         self.text = IncrementalText(tokenizer, stop=sp.stop, prompt_ids=request.prompt_token_ids,
                                     skip_special_tokens=sp.skip_special_tokens)

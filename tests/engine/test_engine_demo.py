@@ -79,6 +79,22 @@ def test_streamed_deltas_add_up_to_the_final_text(llm):
     assert tokens == final.token_ids and text == final.text
 
 
+def test_a_request_that_does_not_stream_gets_one_output_with_every_token(llm):
+    eng = llm.engine
+    params = SamplingParams(max_tokens=12, temperature=0.8, seed=3, logprobs=True, ignore_eos=True)
+    twin = eng.add_request("quiet please", params)  # streams: one snapshot per token
+    quiet = eng.add_request("quiet please", params, stream=False)
+    got = {twin.request_id: [], quiet.request_id: []}
+    while eng.has_unfinished():
+        for out in eng.step():
+            got[out.request_id].append(out)
+    (last,) = got[quiet.request_id]
+    ref = got[twin.request_id][-1]
+    assert len(got[twin.request_id]) == 12 and last.finished and last.finish_reason == "length"
+    assert last.token_ids == last.new_token_ids == ref.token_ids and len(last.token_ids) == 12
+    assert last.text == last.new_text == ref.text and last.logprobs == last.new_logprobs == ref.logprobs
+
+
 @pytest.mark.parametrize("prompt,params,match", [
     ([5, 600], _greedy(4), "outside the vocabulary"),
     ([1] * 300, _greedy(4), "max_model_len"),
