@@ -178,11 +178,14 @@ class AsyncEngine:
         ttft_deadline: float | None = None,
         priority_class: int = 0,
         tpot_target: float | None = None,
+        stream: bool = True,
     ) -> RequestStream:
         """Admit a request; raises ValueError (bad input, names the field), QueueFullError or
         EngineUnavailableError. The returned stream yields its outputs.
 
-        ttft_deadline, tpot_target and priority_class are the SLO hints the scheduler uses."""
+        ttft_deadline, tpot_target and priority_class are the SLO hints the scheduler uses.
+        stream=False: the stream yields one output, the final one (every token in it as new), for a
+        caller that reads only that: no snapshot per token is made, crosses threads or wakes it."""
         if not self.accepting:
             raise EngineUnavailableError(f"the engine is not accepting requests (state {self.state.value})")
         if self.num_inflight >= self.max_queue:
@@ -191,11 +194,11 @@ class AsyncEngine:
         if rid in self._streams:
             raise ValueError(f"request_id {rid!r} is already in use")
         # Registered before the engine sees the request, so no output can arrive for an unknown id.
-        stream = RequestStream(self, rid, [])
-        self._streams[rid] = stream
+        outputs = RequestStream(self, rid, [])
+        self._streams[rid] = outputs
         self._idle.clear()
         kwargs = dict(request_id=rid, ttft_deadline=ttft_deadline, priority_class=priority_class,
-                      tpot_target=tpot_target)
+                      tpot_target=tpot_target, stream=stream)
         try:
             if isinstance(prompt, (str, list, tuple)) and len(prompt) > _VALIDATE_IN_THREAD:
                 req = await self._add_in_thread(prompt, sampling_params, kwargs)
@@ -205,9 +208,9 @@ class AsyncEngine:
             self._streams.pop(rid, None)
             self._maybe_idle()
             raise
-        stream.prompt_token_ids = req.prompt_token_ids
+        outputs.prompt_token_ids = req.prompt_token_ids
         self._wake.set()
-        return stream
+        return outputs
 
     async def _add_in_thread(self, prompt, sampling_params, kwargs):
         """Engine.add_request on a worker thread (long prompts: tokenizing and checking take a while).

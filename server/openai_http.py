@@ -152,9 +152,10 @@ class OpenAIServer:
                 for j in range(parsed.best_of):
                     if j and sp.seed is not None:
                         sp = dataclasses.replace(sp, seed=sp.seed + 1)
+                    # not streamed: the handler reads only the final output, the only one asked for
                     streams.append(await self.ae.add_request(ids, sp, ttft_deadline=parsed.ttft_deadline,
                                                              priority_class=parsed.priority,
-                                                             tpot_target=parsed.tpot_target))
+                                                             tpot_target=parsed.tpot_target, stream=parsed.stream))
         except BaseException:
             for s in streams:
                 s.abort()

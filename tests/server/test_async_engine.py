@@ -25,6 +25,17 @@ def test_generate_streams_until_finished_and_equals_python_api(served, reference
     assert "".join(o.new_text for o in outs) == ref.text
 
 
+def test_a_request_that_does_not_stream_yields_only_its_final_output(served, reference):
+    async def run():
+        return [out async for out in served.async_engine.generate(
+            "Hello world", SamplingParams(max_tokens=8, temperature=0.0), stream=False)]
+
+    (out,) = served.run(run())
+    ref = reference("Hello world", 8)
+    assert out.finished and out.token_ids == out.new_token_ids == ref.token_ids
+    assert out.text == out.new_text == ref.text
+
+
 def test_leaving_generate_early_aborts_and_frees_pages(served):
     aborts = served.count_finished("abort")
 
