@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from medha_jax.sim.experiment import Experiment  # noqa: E402
 from medha_jax.sim.profiles import load_profile  # noqa: E402
 from medha_jax.sim.workload import WorkloadSpec, generate  # noqa: E402
+from rescue_cells import miss_counts, parse_cells  # noqa: E402
 from results_io import provenance, run_info, write_results  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -44,20 +45,15 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     load_before = os.getloadavg()
     rows = []
-    for cell in args.cells.split(","):
-        seed, mix, qps = cell.split(":")
-        seed, mix, qps = int(seed), float(mix), float(qps)
+    for seed, mix, qps in parse_cells(args.cells):
         specs = generate(WorkloadSpec(qps=qps, duration=DURATION, long_fraction=mix, seed=seed))
         for budget in (float(b) for b in args.budgets.split(",")):
             exp = Experiment(load_profile(args.device), seed=seed)
             exp.config["t_target"] = budget  # what slo packs to; exp.t_target (deadlines, TPOT metric) stays
             t0 = time.perf_counter()
             oc = exp.run("slo", specs, horizon=DURATION, settle=True).outcomes
-            shorts, longs = [o for o in oc if not o.is_long], [o for o in oc if o.is_long]
             r = dict(seed=seed, long_fraction=mix, qps=qps, budget=budget, target=exp.t_target,
-                     short_missed=sum(bool(o.missed) for o in shorts), shorts=len(shorts),
-                     long_missed=sum(bool(o.missed) for o in longs), longs=len(longs),
-                     over_tpot=sum(1 for o in oc if o.tpot is not None and o.tpot > exp.t_target), requests=len(oc))
+                     **miss_counts(oc, exp.t_target))
             print(f"seed {seed} {mix:.0%} long {qps} QPS, budget {budget * 1e3:.0f} ms: short {r['short_missed']}/"
                   f"{r['shorts']}, long {r['long_missed']}/{r['longs']}, over TPOT {r['over_tpot']}/{r['requests']} "
                   f"({time.perf_counter() - t0:.0f} s wall)", flush=True)

@@ -60,16 +60,26 @@ def spells(times: list[float], gap: float = 1.0) -> list[tuple[float, float]]:
     return out
 
 
+def parse_cells(cells: str) -> list[tuple[int, float, float]]:
+    """"seed:long_fraction:qps,..." -> [(seed, long fraction, QPS), ...]."""
+    return [(int(seed), float(mix), float(qps)) for seed, mix, qps in (c.split(":") for c in cells.split(","))]
+
+
+def miss_counts(outcomes, tpot_target: float) -> dict:
+    """Short and long deadline misses and requests whose mean TPOT is over `tpot_target`, of one run."""
+    shorts, longs = [o for o in outcomes if not o.is_long], [o for o in outcomes if o.is_long]
+    return dict(short_missed=sum(bool(o.missed) for o in shorts), shorts=len(shorts),
+                long_missed=sum(bool(o.missed) for o in longs), longs=len(longs),
+                over_tpot=sum(1 for o in outcomes if o.tpot is not None and o.tpot > tpot_target),
+                requests=len(outcomes))
+
+
 def one(exp: Experiment, specs, stretch: float) -> dict:
     exp.config["rescue_stretch"] = stretch
     run, times = stretched_times(lambda: exp.run("slo", specs, horizon=DURATION, settle=True))
-    oc = run.outcomes
-    shorts, longs = [o for o in oc if not o.is_long], [o for o in oc if o.is_long]
     sp = spells(times)
-    return dict(stretch=stretch, short_missed=sum(bool(o.missed) for o in shorts), shorts=len(shorts),
-                long_missed=sum(bool(o.missed) for o in longs), longs=len(longs),
-                over_tpot=sum(1 for o in oc if o.tpot is not None and o.tpot > exp.t_target), requests=len(oc),
-                stretched_s=sum(b - a for a, b in sp), spells=sp)
+    return dict(stretch=stretch, **miss_counts(run.outcomes, exp.t_target), stretched_s=sum(b - a for a, b in sp),
+                spells=sp)
 
 
 def main(argv=None) -> int:
@@ -84,9 +94,7 @@ def main(argv=None) -> int:
     load_before = os.getloadavg()
     rows = []
     exps: dict[int, Experiment] = {}
-    for cell in args.cells.split(","):
-        seed, mix, qps = cell.split(":")
-        seed, mix, qps = int(seed), float(mix), float(qps)
+    for seed, mix, qps in parse_cells(args.cells):
         exp = exps.setdefault(seed, Experiment(load_profile(args.device), seed=seed))
         specs = generate(WorkloadSpec(qps=qps, duration=DURATION, long_fraction=mix, seed=seed))
         for stretch in (1.0, args.stretch):

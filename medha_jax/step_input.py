@@ -65,6 +65,10 @@ class SeqInput(NamedTuple):
         return len(self.targets) or 1
 
 
+def _not_sampled(req) -> RuntimeError:
+    return RuntimeError(f"request {req.request_id!r} has a pending token the previous step did not sample")
+
+
 @dataclass(frozen=True, slots=True)
 class StepInput:
     seqs: tuple[SeqInput, ...]
@@ -84,8 +88,7 @@ class StepInput:
             feed = -1
             if pending and s.samples:  # it ends at the request's last token: the pending one
                 if sampled_at is None or req.request_id not in sampled_at:
-                    raise RuntimeError(f"request {req.request_id!r} has a pending token the previous step did "
-                                       "not sample")
+                    raise _not_sampled(req)
                 feed = sampled_at[req.request_id]
             targets = ()
             if s.num_rows > 1:  # row j scores prompt position start + j + 1
@@ -101,13 +104,13 @@ class StepInput:
         for req, start, tables, g in zip(batch.decodes, batch.decode_starts, batch.decode_tables, groups):
             sp = req.sampling_params
             out = req.output_token_ids
-            j = start - len(req.prompt_token_ids)  # its token: an output, or the pending one (id 0 here)
+            # its token: an output, or the pending one (id 0, as `Request.token_ids_slice` gives it)
+            j = start - len(req.prompt_token_ids)
             pending = req.num_pending_tokens
             feed = -1
             if pending:  # its token is the pending one
                 if sampled_at is None or req.request_id not in sampled_at:
-                    raise RuntimeError(f"request {req.request_id!r} has a pending token the previous step did "
-                                       "not sample")
+                    raise _not_sampled(req)
                 feed = sampled_at[req.request_id]
             append(new(seq_input, (req.request_id, start, 1, (out[j] if j < len(out) else 0,),
                                    tuple([t[:] for t in tables]), True, sp.temperature, sp.top_k, sp.top_p,
