@@ -45,7 +45,6 @@ from medha_jax.sampling_params import SamplingParams  # noqa: E402
 from medha_jax.scheduler import RuntimePredictor, SchedulerConfig, make_scheduler  # noqa: E402
 from medha_jax.step_input import StepInput  # noqa: E402
 from results_io import cpu_model  # noqa: E402
-from scheduler_overhead import add_running_decode  # noqa: E402
 
 COEFS = {"const": 4e-3, "tokens": 6e-5, "decodes": 2e-5, "decode_kv": 1e-8}
 PARTS = ("schedule", "step_input", "pack", "finish", "outputs")
@@ -74,7 +73,7 @@ def run(decodes: int, steps: int, min_ctx: int, max_ctx: int, seed: int) -> dict
         return streams[req.request_id].on_token(tok, special)
 
     for _ in range(decodes):  # running decodes, their prompts computed by hand (untimed)
-        add_running_decode(sched, request(rng.randint(min_ctx, max_ctx)), 1)
+        sched.add_decoding(request(rng.randint(min_ctx, max_ctx)), 1)
     times = {p: [] for p in PARTS}
     sizes = []
     now = 0.0

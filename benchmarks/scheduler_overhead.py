@@ -106,21 +106,6 @@ def percentile(xs: list[float], p: float) -> float:
     return xs[min(len(xs) - 1, int(round(p / 100.0 * (len(xs) - 1))))]
 
 
-def add_running_decode(sched, request: Request, token: int) -> None:
-    """Put `request` into the scheduler as a running decode, its prompt's KV computed and `token`
-    sampled, by hand (a benchmark's untimed setup; `host_step_cost.py` uses it too). It leaves the
-    waiting queue as `Scheduler.add_seq` makes it: the policy is told, else the deadline policies
-    keep ranking it as a prefill candidate."""
-    sched.add_request(request)
-    del sched.waiting[request]
-    sched.policy.on_leave_waiting(request)
-    sched.running[request] = None
-    sched.kv.allocate(request, request.prompt_len)
-    request.num_computed_tokens = request.prompt_len
-    request.output_token_ids.append(token)
-    request.status = RequestStatus.RUNNING
-
-
 class PhaseTimer:
     """Thread CPU seconds of named methods of a scheduler, per `schedule()` call (`--phases`):
     wraps the instance's decode pass, its packer's `pack_prefills` and its policy's `candidates`."""
@@ -162,59 +147,95 @@ class PhaseTimer:
         return out
 
 
-def run(policy: str, iterations: int, n_waiting: int, n_running: int, seed: int, gc_mode: str = "on",
-        warmup: int = 0, phases: bool = False) -> dict:
-    predictor = RuntimePredictor(COEFS)
-    cfg = SchedulerConfig(policy=policy, max_num_seqs=2 * n_running)
-    kv = KVCacheManager(num_pages_per_group=1 << 20, page_size=16)
-    sched = make_scheduler(cfg, kv, predictor)
-    timer = PhaseTimer(sched) if phases else None
-    wl = Workload(seed)
-    now = 0.0
-    # Running decodes: prefill them in one go by hand (not timed), then the waiting queue.
-    for _ in range(n_running):
-        add_running_decode(sched, wl.request(now, prompt_len=wl.rng.randint(256, 8192)), 0)
-    for _ in range(n_waiting):
-        sched.add_request(wl.request(now))
-    gc.enable()
-    gc.collect()
-    if gc_mode in ("freeze", "engine"):
-        gc.freeze()
-    elif gc_mode == "off":
-        gc.disable()
-    host_work = HostWork if gc_mode == "engine" else contextlib.nullcontext
-    sched_times, cpu_times, done_times, sizes, speeds = [], [], [], [], []
-    probe = SpeedProbe()
-    for it in range(warmup + iterations):
-        if gc_mode == "engine":
+class SteadyState:
+    """The workload at its steady state, one iteration per `step()`: `n_running` decodes (put in by
+    hand, untimed), `n_waiting` waiting, both topped up after every iteration. `run` drives it;
+    so does `scheduler_overhead_ab.py`, one process per tree, in lockstep."""
+
+    def __init__(self, policy: str, n_waiting: int, n_running: int, seed: int, gc_mode: str = "on",
+                 phases: bool = False):
+        cfg = SchedulerConfig(policy=policy, max_num_seqs=2 * n_running)
+        kv = KVCacheManager(num_pages_per_group=1 << 20, page_size=16)
+        self.sched = sched = make_scheduler(cfg, kv, RuntimePredictor(COEFS))
+        self.timer = PhaseTimer(sched) if phases else None
+        self.wl = wl = Workload(seed)
+        self.n_waiting, self.n_running, self.gc_mode = n_waiting, n_running, gc_mode
+        self.now = 0.0
+        for _ in range(n_running):
+            add_decoding(sched, wl.request(self.now, prompt_len=wl.rng.randint(256, 8192)), 0)
+        for _ in range(n_waiting):
+            sched.add_request(wl.request(self.now))
+        gc.enable()
+        gc.collect()
+        if gc_mode in ("freeze", "engine"):
+            gc.freeze()
+        elif gc_mode == "off":
+            gc.disable()
+        self.host_work = HostWork if gc_mode == "engine" else contextlib.nullcontext
+        self.probe = SpeedProbe()
+
+    def step(self, timed: bool = True) -> tuple[float, float, float, float, tuple[int, int]]:
+        """One iteration: (schedule thread CPU s, schedule wall s, on_batch_done wall s, the speed
+        probe's us just before, (batch sequences, batch tokens))."""
+        sched = self.sched
+        if self.gc_mode == "engine":
             collect_due()  # where the engine runs it: before it blocks on the device (untimed here)
-        speed = probe.sample()  # untimed: how fast the VM runs Python right now
+        speed = self.probe.sample()  # untimed: how fast the VM runs Python right now
         c0 = time.thread_time()
         t0 = time.perf_counter()
-        with host_work():
-            batch = sched.schedule(now)
+        with self.host_work():
+            batch = sched.schedule(self.now)
         t1 = time.perf_counter()
         cpu = time.thread_time() - c0
-        if timer is not None:
-            timer.end_call(it >= warmup)
-        now += batch.predicted_time or 0.01
+        if self.timer is not None:
+            self.timer.end_call(timed)
+        self.now += batch.predicted_time or 0.01
+        now = self.now
         sched.on_batch_done(batch, now, measured_time=batch.predicted_time)
         t2 = time.perf_counter()
-        if it >= warmup:
-            cpu_times.append(cpu)
-            speeds.append(speed)
-            sched_times.append(t1 - t0)
-            done_times.append(t2 - t1)
-            sizes.append((batch.num_seqs, batch.num_tokens))
         sched.update_from_output(batch, 0, now)
         # keep the steady state: n_running decodes (oldest finish first), n_waiting waiting
         decodes = [r for r in sched.running if not r.is_prefill]
-        for r in decodes[: max(0, len(decodes) - n_running)]:
+        for r in decodes[: max(0, len(decodes) - self.n_running)]:
             sched.finish(r, RequestStatus.FINISHED_LENGTH, now)
-        while sched.num_waiting < n_waiting:
-            sched.add_request(wl.request(now))
-    gc.enable()
-    gc.unfreeze()
+        while sched.num_waiting < self.n_waiting:
+            sched.add_request(self.wl.request(now))
+        return cpu, t1 - t0, t2 - t1, speed, (batch.num_seqs, batch.num_tokens)
+
+    def close(self) -> None:
+        gc.enable()
+        gc.unfreeze()
+
+
+def add_decoding(sched, request: Request, token: int) -> None:
+    """`Scheduler.add_decoding`; by hand for a tree from before it (an A/B against an older revision)."""
+    if hasattr(sched, "add_decoding"):
+        sched.add_decoding(request, token)
+        return
+    sched.add_request(request)
+    del sched.waiting[request]
+    sched.policy.on_leave_waiting(request)
+    sched.running[request] = None
+    sched.kv.allocate(request, request.prompt_len)
+    request.num_computed_tokens = request.prompt_len
+    request.output_token_ids.append(token)
+    request.status = RequestStatus.RUNNING
+
+
+def run(policy: str, iterations: int, n_waiting: int, n_running: int, seed: int, gc_mode: str = "on",
+        warmup: int = 0, phases: bool = False) -> dict:
+    state = SteadyState(policy, n_waiting, n_running, seed, gc_mode, phases)
+    timer = state.timer
+    sched_times, cpu_times, done_times, sizes, speeds = [], [], [], [], []
+    for it in range(warmup + iterations):
+        cpu, wall, done, speed, size = state.step(timed=it >= warmup)
+        if it >= warmup:
+            cpu_times.append(cpu)
+            speeds.append(speed)
+            sched_times.append(wall)
+            done_times.append(done)
+            sizes.append(size)
+    state.close()
     ms = [t * 1e3 for t in sched_times]
     cpu_ms = [t * 1e3 for t in cpu_times]
     # the calls with a full-speed probe beside them: within 20% of the run's fastest tenth

@@ -53,8 +53,9 @@ from __future__ import annotations
 
 import math
 import operator
+from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
-from itertools import chain, count
+from itertools import chain, compress, count
 
 from medha_jax.batch import ScheduledBatch, ScheduledSeq
 from medha_jax.kv_cache_manager import KVCacheManager
@@ -64,9 +65,10 @@ from medha_jax.scheduler.config import SchedulerConfig
 from medha_jax.scheduler.iteration_trace import IterationTrace
 from medha_jax.scheduler.kvp_cost import predict_pairs
 from medha_jax.scheduler.records import Composition, IterationLog, IterationRecord
-from medha_jax.scheduler.stops import is_special, stop_status
+from medha_jax.scheduler.stops import at_length, is_special, stop_status
 
 _id_of = operator.attrgetter("request_id")  # Request -> its id, at C speed
+_done_of = operator.attrgetter("num_computed_tokens")
 
 
 class LiveRequests:
@@ -115,6 +117,18 @@ class Scheduler:
         self._in_flight: set[Request] = set()
         self.partials: list[Request] = []
         """Running partial prefills that are ready, collected by the decode pass of `schedule`."""
+        # The running requests in two parts, each in `running`'s order, kept as requests come and go
+        # (the decode pass then looks only at what changed, not at every request's counts):
+        self._rank: dict[Request, int] = {}  # running request -> its place in `running` (admission count)
+        self._admissions = count()
+        self._prefilling: dict[Request, None] = {}  # running, prefill (or recompute) not yet complete
+        self._decoding: dict[Request, int] = {}  # running, past its prefill -> its token limit (`_token_limit`)
+        self._roster: list[Request] = []  # `_decoding`'s requests in `running`'s order
+        self._roster_ranks: list[int] = []  # their ranks, ascending (where an entering one goes)
+        self._unsure: set[Request] = set()
+        """Decoding requests that may not be ready for a decode now (their token is not back yet,
+        their pending token is their last): the decode pass checks these one by one; every other
+        decoding request not in flight is ready (one token left to compute, one sampled)."""
         self._matched: list[Request] = []  # waiting requests offered a cached prefix this pass
         self.records = IterationLog(config.max_records)
         self.trace = IterationTrace(config.iteration_trace) if config.iteration_trace else None
@@ -181,7 +195,7 @@ class Scheduler:
                 self._tpot_targets[request.tpot_target] = left
         if self.waiting.pop(request, 0) is None:
             self.policy.on_leave_waiting(request)
-        self.running.pop(request, None)
+        self._stop_running(request)
         self._in_flight.discard(request)
         self.kv.free(request)
         self.policy.on_remove(request)
@@ -275,24 +289,33 @@ class Scheduler:
         next batch may already compute, and `update_from_output` later turns into its id.
         record=False: the engine records the iteration itself once it is timed (`record`)."""
         commit = self.kv.commit if self.kv.prefix is not None else None
-        in_flight, running = self._in_flight, self.running
+        in_flight, running, unsure = self._in_flight, self.running, self._unsure
         for seq in batch.chunks:
             req = seq.request
             in_flight.discard(req)
             if req.is_finished or req.num_computed_tokens != seq.start_pos or req not in running:
                 continue  # finished, aborted or preempted while in flight: nothing to advance
             req.num_computed_tokens += seq.num_tokens
-            if tokens_pending and seq.samples:
-                req.num_pending_tokens += 1
+            if seq.samples:  # its prefill (or recompute) is complete: it decodes from now on
+                if tokens_pending:
+                    req.num_pending_tokens += 1
+                self._start_decoding(req)
+                if not tokens_pending or req.num_tokens >= self._decoding[req]:
+                    unsure.add(req)  # its token is not back yet, or its pending token is its last
             if commit is not None:
                 commit(req)
         in_flight.difference_update(batch.decodes)
+        limits = self._decoding
         for req, start in zip(batch.decodes, batch.decode_starts):  # one token each, which samples
             if req.is_finished or req.num_computed_tokens != start or req not in running:
                 continue
             req.num_computed_tokens = start + 1
             if tokens_pending:
                 req.num_pending_tokens += 1
+                if start + 2 >= limits[req]:  # its pending token (it had start + 2 with it) is its last
+                    unsure.add(req)
+            else:
+                unsure.add(req)  # not ready again until its token is appended
             if commit is not None:
                 commit(req)
         batch.tokens_pending = tokens_pending
@@ -352,6 +375,7 @@ class Scheduler:
         # (sequence index, request) of each sequence that samples: chunks first, then the decodes
         samplers = chain(((i, s.request) for i, s in enumerate(chunks) if s.samples),
                          zip(count(len(chunks)), batch.decodes))
+        ready = []  # requests whose token is back and nothing else pending: ready for their next decode
         for i, req in samplers:
             if req.is_finished:
                 continue
@@ -361,6 +385,8 @@ class Scheduler:
                 req.num_pending_tokens -= 1
             elif req.num_computed_tokens != req.num_tokens:
                 continue
+            elif not req.num_pending_tokens:
+                ready.append(req)  # its one token left to compute is the one appended now
             tok = sampled if isinstance(sampled, int) else int(sampled[i])  # int(): a list may hold numpy ints
             req.output_token_ids.append(tok)
             if logprobs is not None and req.sampling_params.logprobs:
@@ -378,6 +404,8 @@ class Scheduler:
                 req.stop_reason = stop[1]
                 self.finish(req, stop[0], now)
                 finished.append(req)
+        if ready:
+            self._unsure.difference_update(ready)
         return finished
 
     @staticmethod
@@ -473,7 +501,7 @@ class Scheduler:
         if req in self.waiting:
             del self.waiting[req]
             self.policy.on_leave_waiting(req)
-            self.running[req] = None
+            self._start_running(req)
         req.status = RequestStatus.RUNNING
         if req.first_scheduled_time is None:
             req.first_scheduled_time = now
@@ -534,7 +562,7 @@ class Scheduler:
 
     def _preempt(self, req: Request) -> None:
         self.kv.free(req)
-        self.running.pop(req, None)
+        self._stop_running(req)
         req.num_computed_tokens = 0
         req.status = RequestStatus.PREEMPTED
         req.num_preemptions += 1
@@ -542,77 +570,180 @@ class Scheduler:
         self.waiting[req] = None
         self.policy.on_waiting(req)
 
+    # ---- the running requests: prefilling, then decoding ------------------------------------
+    def _start_running(self, req: Request) -> None:
+        """`req` got pages and its first chunk: it joins `running` (last) as a prefill."""
+        self.running[req] = None
+        self._rank[req] = next(self._admissions)
+        self._prefilling[req] = None
+
+    def _start_decoding(self, req: Request) -> None:
+        """`req`'s prefill (or recompute) is complete: it joins the roster at its place in `running`."""
+        del self._prefilling[req]
+        rank = self._rank[req]
+        i = bisect_left(self._roster_ranks, rank)
+        self._roster.insert(i, req)
+        self._roster_ranks.insert(i, rank)
+        limit = len(req.prompt_token_ids) + req.sampling_params.max_tokens
+        self._decoding[req] = limit if self.max_model_len is None else min(limit, self.max_model_len)
+
+    def _stop_decoding(self, req: Request) -> None:
+        """Out of the roster (into neither part: the caller says where it goes)."""
+        del self._decoding[req]
+        i = bisect_left(self._roster_ranks, self._rank[req])
+        del self._roster[i], self._roster_ranks[i]
+        self._unsure.discard(req)
+
+    def _stop_running(self, req: Request) -> None:
+        """`req` left `running` (finished, aborted, preempted); nothing if it was not there."""
+        if self.running.pop(req, 0) is not None:
+            return
+        if req in self._decoding:
+            self._stop_decoding(req)
+        else:
+            del self._prefilling[req]
+        del self._rank[req]
+
+    def add_decoding(self, req: Request, token: int) -> None:
+        """Put `req` in as a running decode whose prompt is computed and whose first sampled token is
+        `token`, with no model computing anything: the setup of the benchmarks that time the
+        scheduler alone (`scheduler_overhead.py`, `host_step_cost.py`). Its pages are allocated."""
+        self.add_request(req)
+        del self.waiting[req]
+        self.policy.on_leave_waiting(req)
+        self._start_running(req)
+        self.kv.allocate(req, req.prompt_len)
+        req.num_computed_tokens = req.prompt_len
+        req.output_token_ids.append(token)
+        req.status = RequestStatus.RUNNING
+        self._start_decoding(req)
+
+    def _check_unsure(self) -> set[Request]:
+        """Looks at each unsure decoding request not in flight as the decode pass once looked at
+        every running request; returns those not ready (their token is not back, or their pending
+        token is their last). A ready one is sure again; one with more than a token to compute
+        (progress written from outside) goes back to prefilling."""
+        not_ready = set()
+        in_flight = self._in_flight
+        for req in [r for r in self._unsure if r not in in_flight]:
+            out = req.output_token_ids
+            pending = req.num_pending_tokens
+            left = len(req.prompt_token_ids) + len(out) + pending - req.num_computed_tokens
+            if left > 1:
+                self._stop_decoding(req)
+                self._prefilling[req] = None
+                self._prefilling = dict.fromkeys(sorted(self._prefilling, key=self._rank.__getitem__))
+            elif left == 0 or not (out or pending) or (pending and at_length(req, self.max_model_len)):
+                not_ready.add(req)
+            else:
+                self._unsure.discard(req)
+        return not_ready
+
     def _schedule_decodes(self, batch: ScheduledBatch, now: float) -> None:
         """Phase 1: every ready decode, oldest first; collects ready partial prefills on the way.
 
-        The hot loop of the scheduler (hundreds of decodes per iteration, about a microsecond
-        each): it reads the KV manager's `covered` and `tables` maps directly, asks for a page only
-        when a decode's next position starts one (`try_add_page`, then `reserve` with preemption if
-        that finds none), and binds the methods it calls per request to locals. The loop keeps
-        only each decode's request and position; the batch keeps them as lists
-        (`ScheduledBatch.decodes`), with their tables and groups looked up after it in C (`map`).
-        No object per decode: allocating 256 `ScheduledSeq`s was ~40% of this pass."""
+        The hot path of the scheduler (hundreds of decodes per iteration). It does not look at
+        every running request's counts: the running requests are kept in two parts as they come
+        and go (`_prefilling`; `_decoding`, whose `_roster` keeps `running`'s order), and a
+        decoding request is ready unless `_unsure` holds it (its token is not back, its pending
+        token is its last), which only those are checked for. The roster's positions, tables
+        and the pages they cover are then read in C (`map`); only a decode whose next position
+        starts a page is looked at alone (`try_add_page`), and one for which that finds no page
+        hands the rest of the pass to `_decode_loop` (`reserve`, which may preempt). The batch
+        keeps the decodes as lists (`ScheduledBatch.decodes`): no object per decode."""
         in_flight = self._in_flight
+        not_ready = self._check_unsure() if self._unsure else ()
         partials = []
+        strays = []
+        for req in self._prefilling:
+            if req in in_flight:
+                continue
+            out = req.output_token_ids
+            total = len(req.prompt_token_ids) + len(out) + req.num_pending_tokens
+            done = req.num_computed_tokens
+            if total - done == 1 and (out or req.num_pending_tokens):
+                strays.append(req)  # one token left after a sampled one: decoding (only if written from outside)
+            elif total > done:
+                partials.append(req)
+        for req in strays:
+            self._start_decoding(req)
+            self._unsure.add(req)
+        if strays:
+            not_ready = self._check_unsure()
+        roster = self._roster
+        pool = ([r for r in roster if r not in in_flight and r not in not_ready] if in_flight or not_ready
+                else roster.copy())
+        n = batch.num_seqs
+        if self.groups > 1:  # per-group caps and groups: the general loop
+            decodes, starts = [], []
+            n = self._decode_loop(batch, pool, decodes, starts, n, now)
+            ids = list(map(_id_of, decodes))
+        else:
+            room = max(self.config.max_num_seqs - n, 0)
+            decodes = pool[:room] if len(pool) > room else pool
+            ids = list(map(_id_of, decodes))
+            starts = list(map(_done_of, decodes))
+            covered = list(map(self.kv.covered.__getitem__, ids))  # a decode holds pages: its context's
+            add_page = self.kv.try_add_page
+            for i in compress(count(), map(operator.ge, starts, covered)):  # position `done` needs a page
+                if starts[i] == covered[i] and add_page(decodes[i]):
+                    continue
+                # none at hand: `reserve` (which may preempt) for this one, the general loop from here
+                decodes, starts = decodes[:i], starts[:i]
+                in_flight.update(decodes)  # scheduled decodes are no victims
+                n = self._decode_loop(batch, pool[i:], decodes, starts, n + i, now)
+                ids = list(map(_id_of, decodes))
+                break
+            else:
+                in_flight.update(decodes)
+                n += len(decodes)
+            batch.group_rows[0] = batch.group_tokens[0] = n
+        if decodes:  # the batch's decode lists (`ScheduledBatch.decodes`), their tables and groups made in C
+            batch.decodes, batch.decode_starts = decodes, starts
+            batch.decode_tables = list(map(self.kv.tables.__getitem__, ids))
+            if self.kv.kvp > 1:
+                batch.decode_groups = list(map(self.kv.first_groups.__getitem__, ids))
+        batch.num_rows = n
+        self.partials = partials
+
+    def _decode_loop(self, batch: ScheduledBatch, pool: list[Request], decodes: list[Request], starts: list[int],
+                     n: int, now: float) -> int:
+        """Phase 1 one ready decode at a time (per-group caps, pages by `reserve`): appends to
+        `decodes` and `starts` (those passed in are already in flight) and returns the batch's
+        sequences. In order, a decode is left out if its batch is full or it was preempted as an
+        earlier one's victim; it preempts itself if no page and no victim are left."""
+        in_flight = self._in_flight
         cap = self.config.max_num_seqs  # per batch; with per-group batches, per kvp group
         per_group = self.groups > 1
         k, M = self.groups, self.kv.max_tokens_per_kvp_group
         g_rows, g_tokens = batch.group_rows, batch.group_tokens
         running = self.running
         covered = self.kv.covered
-        tables = self.kv.tables
         add_page = self.kv.try_add_page
         first_groups = self.kv.first_groups
-        one_group = self.kv.kvp == 1  # every request's first group is 0
-        max_len = self.max_model_len if self.max_model_len is not None else 1 << 62
         preempted = batch.preempted
-        decodes, starts = [], []  # the decodes scheduled, in order, and their positions
-        add_decode, add_start = decodes.append, starts.append
-        n = batch.num_seqs
-        marked = 0  # decodes[marked:]: scheduled, not yet marked in flight (all at once, after the loop)
-        # a snapshot (`reserve` may preempt); in-flight requests are left out up front (none when
-        # the engine waits for each step)
-        pool = tuple(running) if not in_flight else [r for r in running if r not in in_flight]
+        marked = len(decodes)  # decodes[marked:]: scheduled, not yet marked in flight
         for req in pool:
-            out = req.output_token_ids
+            if preempted and req not in running:
+                continue  # preempted as a victim of an earlier decode
             done = req.num_computed_tokens
-            pending = req.num_pending_tokens
-            total = len(req.prompt_token_ids) + len(out) + pending
-            if total - done != 1 or not (out or pending):
-                if total > done:
-                    partials.append(req)
-                continue
-            # its pending token is its last, whatever its id: nothing more to compute (`at_length`, inlined)
-            if pending and (len(out) + pending >= req.sampling_params.max_tokens or total >= max_len):
-                continue
             if per_group:
                 g = (first_groups[req.request_id] + done // M) % k  # the group holding `done` (kvp_layout.owner, inlined)
                 if g_rows[g] >= cap:
                     continue
             elif n >= cap:
                 continue
-            if preempted and req not in running:
-                continue  # preempted as a victim of an earlier decode
-            c = covered[req.request_id]  # a decode holds pages: its context's
+            c = covered[req.request_id]
             if done >= c and (done != c or not add_page(req)):  # position `done` needs a page; none at hand
                 in_flight.update(decodes[marked:])  # scheduled decodes are no victims
                 marked = len(decodes)
                 if not self.reserve(req, 1, batch, now):
                     continue  # it got none: it preempted itself
-            add_decode(req)
-            add_start(done)
+            decodes.append(req)
+            starts.append(done)
             n += 1
             if per_group:
                 g_rows[g] += 1
                 g_tokens[g] += 1
         in_flight.update(decodes[marked:])
-        if decodes:  # the batch's decode lists (`ScheduledBatch.decodes`), their tables and groups made in C
-            ids = list(map(_id_of, decodes))
-            batch.decodes, batch.decode_starts = decodes, starts
-            batch.decode_tables = list(map(tables.__getitem__, ids))
-            if not one_group:
-                batch.decode_groups = list(map(first_groups.__getitem__, ids))
-        batch.num_rows = n
-        if not per_group:
-            g_rows[0] = g_tokens[0] = n
-        self.partials = partials
+        return n

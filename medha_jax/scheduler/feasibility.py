@@ -25,6 +25,7 @@ import operator
 from collections.abc import Iterable
 
 _deadline = operator.itemgetter(0)
+_rank = operator.itemgetter(3)
 
 
 def sacrifice(jobs: Iterable[tuple], now: float, *, rate: float = 1.0, margin: float = 0.0,
@@ -34,33 +35,65 @@ def sacrifice(jobs: Iterable[tuple], now: float, *, rate: float = 1.0, margin: f
         raise ValueError(f"rate must be > 0, got {rate!r}")
     scale = inflate / rate
     order = sorted(jobs, key=_deadline)
-    ranked = any(len(j) > 3 and j[3] for j in order)  # else every rank is 0: entries without it compare faster
     t = now + margin
-    heap: list[tuple] = []  # (-rank, -duration, position in order), or (-duration, position) unranked
     for i, job in enumerate(order):  # a feasible load costs this one pass, and no heap
-        dur = job[1] * scale
-        t += dur
-        heap.append((-(job[3] if len(job) > 3 else 0), -dur, i) if ranked else (-dur, i))
+        t += job[1] * scale
         if t > job[0]:
             break
     else:
         return [j[2] for j in order], []
-    heapq.heapify(heap)  # the first overrun (job i): sacrifice from here on
+    # the first overrun (job i): sacrifice from here on, the heap holding the jobs admitted so far
+    try:
+        ranked = any(map(_rank, order))
+    except IndexError:  # some jobs carry no rank: theirs is 0
+        ranked = any(len(j) > 3 and j[3] for j in order)
+    dropped = _drop_ranked(order, i, t, scale) if ranked else _drop(order, i, t, scale)
+    return ([j[2] for k, j in enumerate(order) if k not in dropped],
+            [order[k][2] for k in sorted(dropped)])
+
+
+def _drop(order: list[tuple], i: int, t: float, scale: float) -> set[int]:
+    """Moore-Hodgson from the first overrun (job i, finishing at t) with one rank: whenever the
+    job just added finishes late, the longest admitted job goes. Heap: (-duration, position)."""
+    heap = [(-(order[k][1] * scale), k) for k in range(i + 1)]
+    heapq.heapify(heap)
+    pop, push = heapq.heappop, heapq.heappush
     dropped: set[int] = set()
+    deadline, n = order[i][0], len(order)
+    while True:
+        while t > deadline and heap:
+            e = pop(heap)
+            t += e[0]
+            dropped.add(e[1])
+        i += 1
+        if i == n:
+            return dropped
+        deadline, work = order[i][0], order[i][1]
+        dur = work * scale
+        t += dur
+        push(heap, (-dur, i))
+
+
+def _drop_ranked(order: list[tuple], i: int, t: float, scale: float) -> set[int]:
+    """`_drop` with ranks: the highest rank goes first, the longest within it.
+    Heap: (-rank, -duration, position)."""
+    heap = [(-(j[3] if len(j) > 3 else 0), -(j[1] * scale), k) for k, j in enumerate(order[: i + 1])]
+    heapq.heapify(heap)
+    pop, push = heapq.heappop, heapq.heappush
+    dropped: set[int] = set()
+    job, n = order[i], len(order)
     while True:
         while t > job[0] and heap:
-            e = heapq.heappop(heap)
-            t += e[-2]
-            dropped.add(e[-1])
+            e = pop(heap)
+            t += e[1]
+            dropped.add(e[2])
         i += 1
-        if i == len(order):
-            break
+        if i == n:
+            return dropped
         job = order[i]
         dur = job[1] * scale
         t += dur
-        heapq.heappush(heap, (-(job[3] if len(job) > 3 else 0), -dur, i) if ranked else (-dur, i))
-    return ([order[i][2] for i in range(len(order)) if i not in dropped],
-            [order[i][2] for i in sorted(dropped)])
+        push(heap, (-(job[3] if len(job) > 3 else 0), -dur, i))
 
 
 def spare_time(jobs: Iterable[tuple], now: float, *, rate: float = 1.0, margin: float = 0.0,

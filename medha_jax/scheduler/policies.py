@@ -46,6 +46,7 @@ from operator import itemgetter
 
 from medha_jax.request import Request
 from medha_jax.scheduler.feasibility import sacrifice, spare_time
+from medha_jax.scheduler.live_jobs import LiveJobs
 from medha_jax.scheduler.predictor import SPELL
 from medha_jax.scheduler.waiting_index import WaitingIndex
 
@@ -397,7 +398,9 @@ class SLOPolicy(DeadlinePolicy):
         self.set_aside: set[Request] = set()
         self._prefilling: dict[Request, None] = {}  # left the waiting queue, no first token yet
         # The waiting queue in three parts, kept up to date as requests come and go:
-        self._live: dict[Request, None] = {}  # no first token, may still make its deadline
+        self._live = LiveJobs()  # no first token, may still make its deadline: their scan jobs
+        self._grown_by = 1.0 + self.REJOIN  # the factor the set-aside live jobs' estimates carry
+        self._classed = 0  # live requests (of any state) with a priority class other than 0
         self._firsts: dict[Request, None] = {}  # with a first token (recompute after preemption)
         self._hopeless: dict[Request, None] = {}  # no first token, cannot make its deadline any more
         self._hopeless_order: list[tuple] = []  # (class, deadline, seq, request, remaining s), sorted; pruned lazily
@@ -426,6 +429,17 @@ class SLOPolicy(DeadlinePolicy):
             if x not in self._caches:
                 self._caches[x] = self.cache.stretched(x)
         self._ladder = [(x, self._caches[x]) for x in steps]
+        for r in self._live:  # when each gives up depends on the largest stretch allowed
+            i = self._info[r]
+            self._live.schedule_give_up(r, self._give_up_at(r, r.arrival_time + i[0], i[2] - i[4]))
+
+    def _give_up_at(self, request: Request, deadline: float, left: float) -> float:
+        """When a waiting request with `left` seconds of work would be late even alone at full
+        speed (and at the largest stretch of the budget allowed, if any): `candidates` gives it up."""
+        t = deadline - self.inflate * left
+        if self._ladder:
+            t = max(t, deadline - self.inflate * self._fast(request, left, self._ladder[-1][1]))
+        return t
 
     def build(self, max_len: int, stretch: float = 1.0) -> None:
         super().build(max_len, stretch)
@@ -461,14 +475,26 @@ class SLOPolicy(DeadlinePolicy):
             return math.inf
         return (request.arrival_time + self._info[request][0] - start) / (self._spell * self.inflate)
 
+    def on_add(self, request: Request) -> None:
+        super().on_add(request)
+        if request.priority_class:
+            self._classed += 1
+
     def on_waiting(self, request: Request) -> None:
         self._prefilling.pop(request, None)  # preempted: counted from the queue from now on
         super().on_waiting(request)
-        (self._firsts if request.output_token_ids else self._live)[request] = None
+        if request.output_token_ids:
+            self._firsts[request] = None
+            return
+        # no output: its token count and so its estimate i[2] - i[4] stay what they are now while it waits
+        i = self._info[request]
+        d, left = request.arrival_time + i[0], i[2] - i[4]
+        job = (d, left * self._grown_by if request in self.set_aside else left, request, request.priority_class)
+        self._live.add(request, job, self._give_up_at(request, d, left))
 
     def on_leave_waiting(self, request: Request) -> None:
         super().on_leave_waiting(request)
-        self._live.pop(request, None)
+        self._live.remove(request)
         self._firsts.pop(request, None)
         if request in self._hopeless:
             del self._hopeless[request]
@@ -480,12 +506,14 @@ class SLOPolicy(DeadlinePolicy):
         super().on_remove(request)
         self.set_aside.discard(request)
         self._prefilling.pop(request, None)
+        if request.priority_class:
+            self._classed -= 1
 
     def _give_up(self, requests: list[Request]) -> None:
         """Waiting requests that cannot make their deadlines even alone at full speed leave the
         feasibility scan for good (time only moves on; a waiting request's estimate is fixed)."""
         for r in requests:
-            del self._live[r]
+            self._live.remove(r)
             self._hopeless[r] = None
             self._seq += 1
             i = self._info[r]  # its remaining estimate stays i[2] - i[4] while it waits (no output, nothing computed)
@@ -520,6 +548,15 @@ class SLOPolicy(DeadlinePolicy):
             if spare <= 0.0:
                 break
         return early, itertools.chain(skipped, later)
+
+    def _regrow(self, changed, aside: set[Request], grow: float) -> None:
+        """The live jobs of `changed` requests get estimates grown by `grow` if set `aside`, plain if not."""
+        live, info = self._live, self._info
+        for r in changed:
+            if r in live:
+                job, i = live.job(r), info[r]
+                live.set_job(r, (job[0], (i[2] - i[4]) * grow if r in aside else i[2] - i[4], r, job[3]))
+        self._grown_by = grow
 
     def _fast(self, request: Request, left: float, cache) -> float:
         """`left`, an estimate of `request`'s remaining seconds at the budget, at `cache`'s stretch."""
@@ -579,11 +616,11 @@ class SLOPolicy(DeadlinePolicy):
         a vain attempt to fit it. In overload an iteration costs O(requests still in time +
         running prefills), not O(queue). A waiting request's remaining
         time is its static estimate."""
-        info = self._info
+        info, live = self._info, self._live
         set_aside, grow = self.set_aside, 1.0 + self.REJOIN  # set aside last time: must fit with REJOIN more
-        jobs, hopeless = [], []
+        hopeless = []
         fastest = self.inflate  # no prefill share is above 1, no margin below 0
-        for r in self._live:  # no output: its token count and so its estimate i[2] - i[4] are those of on_add
+        for r in live.due(now):  # those whose give-up time came: checked exactly
             i = info[r]
             d = r.arrival_time + i[0]
             left = i[2] - i[4]
@@ -591,9 +628,12 @@ class SLOPolicy(DeadlinePolicy):
                     not self._ladder or d < now + fastest * self._fast(r, left, self._ladder[-1][1])):
                 hopeless.append(r)  # late even at the stretched budget, when one is allowed
             else:
-                jobs.append((d, left * grow if r in set_aside else left, r, r.priority_class))
+                live.schedule_give_up(r, self._give_up_at(r, d, left))
         if hopeless:
-            self._give_up(hopeless)
+            self._give_up(live.in_order(hopeless))
+        if grow != self._grown_by:  # REJOIN changed (tests): every set-aside job's estimate follows
+            self._regrow(set_aside, set_aside, grow)
+        jobs = live.jobs()  # set aside last time: with REJOIN more work (`_regrow`)
         for r in list(self._prefilling):  # running prefills, in flight or not: they use the device too
             if r.output_token_ids:
                 del self._prefilling[r]
@@ -610,21 +650,26 @@ class SLOPolicy(DeadlinePolicy):
                 res = self._rescue(jobs, now, rate, was, grown_lost)
                 if res is not None:
                     admitted, aside = res
-        self.set_aside = set(aside)
-        admitted_set = set(admitted)
+        now_aside = set(aside)
+        self._regrow(set_aside.symmetric_difference(now_aside), now_aside, grow)
+        self.set_aside = now_aside
         waiting, partial_set = self._store(), set(partials)
         # With a first token: waiting after preemption, or already recomputing their context in
         # chunks (running partials that left the queue; no scan covers them either).
         recomputing = (r for r in partials if r.output_token_ids)
         firsts = sorted(((r.arrival_time + info[r][0], r) for r in itertools.chain(self._firsts, recomputing)),
                         key=_first)
-        aside = [(r.priority_class, r.arrival_time + info[r][0], 0, r) for r in aside
-                 if r in waiting or r in partial_set]
-        if len({e[0] for e in aside}) > 1:
-            aside.sort(key=_class_deadline)  # stable: deadline order within a class
+        aside = ((r.priority_class, r.arrival_time + info[r][0], 0, r) for r in aside
+                 if r in waiting or r in partial_set)  # in deadline order (lazy: the packer takes a few)
+        if self._classed:
+            aside = sorted(aside, key=_class_deadline)  # stable: deadline order within a class
         gone = self._hopeless
         later = heapq.merge(aside, (e for e in self._hopeless_order if e[3] in gone), key=_class_deadline)
-        early, later = self._borrow_slack([j for j in jobs if j[2] in admitted_set], later, now)
+        if admitted:
+            admitted_set = set(admitted)
+            early, later = self._borrow_slack([j for j in jobs if j[2] in admitted_set], later, now)
+        else:
+            early = []
         top = None
         if self._round and self._iteration % self._round == 0:  # the set-aside share
             top = next(later, None)
