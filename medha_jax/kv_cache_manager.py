@@ -229,6 +229,33 @@ class KVCacheManager:
         self.covered[rid] = covered + self.page_size
         return True
 
+    def try_add_pages(self, requests: list[Request], positions: list[int]) -> int:
+        """For each request in order, a page for its KV at `positions[i]` if its pages end there
+        (`try_add_page`; nothing if they cover it already): the scheduler's decode pass, every
+        decode whose next position may start a page at once. Stops at the first that needs more
+        (its pages end before the position) or gets none; returns how many were seen to."""
+        if self.kvp > 1:
+            for k, (req, pos) in enumerate(zip(requests, positions)):
+                c = self.covered[req.request_id]
+                if pos > c or (pos == c and not self.try_add_page(req)):
+                    return k
+            return len(requests)
+        alloc, tables, covered = self.allocators[0], self.tables, self.covered
+        ps, m = self.page_size, self.max_tokens_per_kvp_group
+        free = alloc.num_free
+        for k, (req, pos) in enumerate(zip(requests, positions)):
+            rid = req.request_id
+            c = covered[rid]
+            if pos < c:
+                continue
+            t = tables[rid]
+            if pos > c or not free or c >= len(t) * m:
+                return k
+            t[-1].append(alloc.allocate_one())
+            covered[rid] = c + ps
+            free -= 1
+        return len(requests)
+
     def allocate(self, request: Request, num_new_tokens: int, group: int | None = None) -> None:
         """Ensure pages for positions [0, num_computed_tokens + num_new_tokens); all or nothing.
         `group`: the first group of a request that holds no pages yet (see `first_group`)."""

@@ -55,7 +55,7 @@ import math
 import operator
 from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
-from itertools import chain, compress, count
+from itertools import chain, count
 
 from medha_jax.batch import ScheduledBatch, ScheduledSeq
 from medha_jax.kv_cache_manager import KVCacheManager
@@ -125,6 +125,8 @@ class Scheduler:
         self._decoding: dict[Request, int] = {}  # running, past its prefill -> its token limit (`_token_limit`)
         self._roster: list[Request] = []  # `_decoding`'s requests in `running`'s order
         self._roster_ranks: list[int] = []  # their ranks, ascending (where an entering one goes)
+        self._roster_ids: list[str] = []  # their ids
+        self._roster_tables: list[list] = []  # their page tables (the KV manager's lists: stable while held)
         self._unsure: set[Request] = set()
         """Decoding requests that may not be ready for a decode now (their token is not back yet,
         their pending token is their last): the decode pass checks these one by one; every other
@@ -584,6 +586,8 @@ class Scheduler:
         i = bisect_left(self._roster_ranks, rank)
         self._roster.insert(i, req)
         self._roster_ranks.insert(i, rank)
+        self._roster_ids.insert(i, req.request_id)
+        self._roster_tables.insert(i, self.kv.tables[req.request_id])
         limit = len(req.prompt_token_ids) + req.sampling_params.max_tokens
         self._decoding[req] = limit if self.max_model_len is None else min(limit, self.max_model_len)
 
@@ -591,7 +595,7 @@ class Scheduler:
         """Out of the roster (into neither part: the caller says where it goes)."""
         del self._decoding[req]
         i = bisect_left(self._roster_ranks, self._rank[req])
-        del self._roster[i], self._roster_ranks[i]
+        del self._roster[i], self._roster_ranks[i], self._roster_ids[i], self._roster_tables[i]
         self._unsure.discard(req)
 
     def _stop_running(self, req: Request) -> None:
@@ -671,36 +675,42 @@ class Scheduler:
         if strays:
             not_ready = self._check_unsure()
         roster = self._roster
-        pool = ([r for r in roster if r not in in_flight and r not in not_ready] if in_flight or not_ready
-                else roster.copy())
+        if in_flight or not_ready:
+            pool = [r for r in roster if r not in in_flight and r not in not_ready]
+            ids = tables = None  # looked up below
+        else:  # every decoding request decodes: the roster's own lists
+            pool, ids, tables = roster.copy(), self._roster_ids.copy(), self._roster_tables.copy()
         n = batch.num_seqs
         if self.groups > 1:  # per-group caps and groups: the general loop
             decodes, starts = [], []
             n = self._decode_loop(batch, pool, decodes, starts, n, now)
-            ids = list(map(_id_of, decodes))
+            ids = tables = None
         else:
             room = max(self.config.max_num_seqs - n, 0)
-            decodes = pool[:room] if len(pool) > room else pool
-            ids = list(map(_id_of, decodes))
+            decodes = pool
+            if len(pool) > room:
+                decodes = pool[:room]
+                ids = tables = None
             starts = list(map(_done_of, decodes))
-            covered = list(map(self.kv.covered.__getitem__, ids))  # a decode holds pages: its context's
-            add_page = self.kv.try_add_page
-            for i in compress(count(), map(operator.ge, starts, covered)):  # position `done` needs a page
-                if starts[i] == covered[i] and add_page(decodes[i]):
-                    continue
-                # none at hand: `reserve` (which may preempt) for this one, the general loop from here
+            # a decode whose position starts a page may need one (its pages, whole pages, end at or after it)
+            ps = self.kv.page_size
+            maybe = [i for i, s in enumerate(starts) if not s % ps]
+            k = self.kv.try_add_pages([decodes[i] for i in maybe], [starts[i] for i in maybe]) if maybe else 0
+            if k < len(maybe):  # none at hand: `reserve` (which may preempt) for this one, the general loop from here
+                i = maybe[k]
                 decodes, starts = decodes[:i], starts[:i]
                 in_flight.update(decodes)  # scheduled decodes are no victims
                 n = self._decode_loop(batch, pool[i:], decodes, starts, n + i, now)
-                ids = list(map(_id_of, decodes))
-                break
+                ids = tables = None
             else:
                 in_flight.update(decodes)
                 n += len(decodes)
             batch.group_rows[0] = batch.group_tokens[0] = n
         if decodes:  # the batch's decode lists (`ScheduledBatch.decodes`), their tables and groups made in C
-            batch.decodes, batch.decode_starts = decodes, starts
-            batch.decode_tables = list(map(self.kv.tables.__getitem__, ids))
+            if ids is None:
+                ids = list(map(_id_of, decodes))
+                tables = list(map(self.kv.tables.__getitem__, ids))
+            batch.decodes, batch.decode_starts, batch.decode_tables = decodes, starts, tables
             if self.kv.kvp > 1:
                 batch.decode_groups = list(map(self.kv.first_groups.__getitem__, ids))
         batch.num_rows = n

@@ -90,6 +90,8 @@ def test_the_roster_chooses_what_the_plain_rule_chooses(policy, mode, kvp, depth
     decoded = 0
     for sched, batch, (decodes, partials) in drive(policy, mode, 0, kvp=kvp, depth=depth, pages=2000):
         assert batch.decodes == decodes
+        assert batch.decode_starts == [r.num_computed_tokens for r in decodes]
+        assert all(t is sched.kv.tables[r.request_id] for r, t in zip(decodes, batch.decode_tables))
         assert sched.partials == partials
         assert sched._roster == [r for r in sched.running if r in sched._decoding]
         decoded += len(decodes)
