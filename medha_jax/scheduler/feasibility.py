@@ -15,17 +15,30 @@ jobs on one machine (with one rank), and when no job needs to be sacrificed the 
 (Liu & Layland), so nothing is given up while the load can be served. Jobs arriving later are
 handled by calling it again (the scheduler does every iteration). `margin` is paid once, before
 the first job (the iteration already running); `inflate` scales every remaining time (the
-runtime predictor's error). Pure Python, no JAX.
+runtime predictor's error).
+
+With one rank, a job late even alone (started at now + margin) is the one sacrificed when it is
+added, and nothing else: everything admitted before it finishes by an earlier deadline, so all of
+it together is shorter than this job, which is therefore the longest. The walk sets such a job
+aside without the heap (overload, where most jobs are such, then costs a comparison per job);
+the rest of the walk is the same up to the rounding of the finish times it no longer adds and
+removes (it only sets aside jobs late by more than LATE_ALONE_TOL of their deadline). Pure
+Python, no JAX.
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 import operator
 from collections.abc import Iterable
 
 _deadline = operator.itemgetter(0)
 _rank = operator.itemgetter(3)
+
+LATE_ALONE_TOL = 1e-9
+"""Relative margin by which a job must be late alone to be set aside before the heap: far above
+the rounding of the walk's running finish time, so the heap would have dropped it too."""
 
 
 def sacrifice(jobs: Iterable[tuple], now: float, *, rate: float = 1.0, margin: float = 0.0,
@@ -47,29 +60,36 @@ def sacrifice(jobs: Iterable[tuple], now: float, *, rate: float = 1.0, margin: f
         ranked = any(map(_rank, order))
     except IndexError:  # some jobs carry no rank: theirs is 0
         ranked = any(len(j) > 3 and j[3] for j in order)
-    dropped = _drop_ranked(order, i, t, scale) if ranked else _drop(order, i, t, scale)
+    dropped = _drop_ranked(order, i, t, scale) if ranked else _drop(order, i, t, scale, now + margin)
     return ([j[2] for k, j in enumerate(order) if k not in dropped],
             [order[k][2] for k in sorted(dropped)])
 
 
-def _drop(order: list[tuple], i: int, t: float, scale: float) -> set[int]:
+def _drop(order: list[tuple], i: int, t: float, scale: float, start: float) -> set[int]:
     """Moore-Hodgson from the first overrun (job i, finishing at t) with one rank: whenever the
-    job just added finishes late, the longest admitted job goes. Heap: (-duration, position)."""
+    job just added finishes late, the longest admitted job goes; a job late even alone from
+    `start` goes at once (module docstring). Heap: (-duration, position)."""
     heap = [(-(order[k][1] * scale), k) for k in range(i + 1)]
     heapq.heapify(heap)
     pop, push = heapq.heappop, heapq.heappush
     dropped: set[int] = set()
+    add = dropped.add
     deadline, n = order[i][0], len(order)
+    tol = 1.0 + LATE_ALONE_TOL
     while True:
         while t > deadline and heap:
             e = pop(heap)
             t += e[0]
-            dropped.add(e[1])
+            add(e[1])
         i += 1
         if i == n:
             return dropped
         deadline, work = order[i][0], order[i][1]
         dur = work * scale
+        if start + dur > deadline * tol + LATE_ALONE_TOL:  # late even alone: it would be the one to go
+            add(i)
+            deadline = math.inf  # nothing was added: nothing to pop
+            continue
         t += dur
         push(heap, (-dur, i))
 

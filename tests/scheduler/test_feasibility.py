@@ -261,3 +261,24 @@ def test_slo_counts_against_prefills_only_what_the_decodes_add_to_an_iteration()
     s.add_request(make_requests(1, prompt_len=100_000, prefix="L")[0])
     s.schedule(0.1)
     assert shares == [1.0, pytest.approx(1.0 - 4e-5 / 0.03)]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_jobs_late_even_alone_are_given_up_and_change_nothing_else(seed):
+    """Overload as slo meets it: many jobs that cannot make it even alone among some that can.
+    Exactly those are given up, plus what the scan gives up among the others alone."""
+    rng = random.Random(seed)
+    now, margin, rate = 10.0, 0.05, 0.4
+    jobs = []
+    for i in range(40):
+        w = rng.uniform(0.01, 1.0)
+        late_alone = rng.random() < 0.6
+        d = now + margin + w / rate * (rng.uniform(0.3, 0.95) if late_alone else rng.uniform(1.05, 6.0))
+        jobs.append((d, w, i))
+    alone_late = {j[2] for j in jobs if now + margin + j[1] / rate > j[0]}
+    admitted, dropped = sacrifice(jobs, now, rate=rate, margin=margin)
+    rest = [j for j in jobs if j[2] not in alone_late]
+    rest_admitted, rest_dropped = sacrifice(rest, now, rate=rate, margin=margin)
+    assert admitted == rest_admitted
+    assert set(dropped) == alone_late | set(rest_dropped)
+    assert dropped == [j[2] for j in sorted(jobs, key=lambda j: j[0]) if j[2] in set(dropped)]
