@@ -3,19 +3,20 @@
   controller --git archive REV--> a copy of the earlier tree's medha_jax (or any directory holding one)
              --spawns--> worker A (PYTHONPATH: the earlier tree), worker B (this tree): each runs
                          `scheduler_overhead.SteadyState` (this tree's workload) on its own scheduler
-             --per iteration, in lockstep--> "step" to one worker, its reply, then to the other
-                         (who goes first alternates); one process runs at a time, on this 2-core VM
+             --in lockstep, --block iterations at a time--> one worker runs its next block, then
+                         the other (who goes first alternates); one process runs at a time
   -> per policy: p50 / p99 thread CPU of each tree's calls, and the paired ratio (B / A) of the
      same iteration's two calls: median, p10 / p90, and the share of iterations B was faster
 
 This VM runs the same Python ~1.8x slower for seconds at a time and ~2x slower on some days
-(`SpeedProbe`): two runs minutes apart differ by more than most changes. Here the two calls of an
-iteration run within a millisecond of each other, so the paired ratio compares the trees at the
-same speed. The workers form the same batches when the trees schedule alike (a change that only
+(`SpeedProbe`): two runs minutes apart differ by more than most changes. Here an iteration's two
+calls run a block apart (~10 ms at 20 iterations), so the paired ratio compares the trees at
+the same speed. A worker that sleeps between single iterations wakes slow (its probe read ~2.5x
+the single-process run's): blocks keep each warm, as the single-process benchmark is. The workers form the same batches when the trees schedule alike (a change that only
 makes the scheduler faster); where they do not, their batches differ and so does their work.
 
   PYTHONPATH=. python benchmarks/scheduler_overhead_ab.py --before REV [--after DIR] [--policies slo,edf]
-      [--iterations 2000] [--warmup 100] [--out benchmarks/results/X.json]
+      [--iterations 2000] [--warmup 100] [--block 20] [--out benchmarks/results/X.json]
 """
 
 from __future__ import annotations
@@ -48,8 +49,12 @@ def worker(policy: str, waiting: int, running: int, seed: int, gc_mode: str) -> 
     for line in sys.stdin:
         if line.strip() == "stop":
             break
-        cpu, wall, _, speed, size = state.step(timed=line.strip() == "t")
-        print(json.dumps([cpu, wall, speed, size]), flush=True)
+        mode, n = line.split()
+        out = []
+        for _ in range(int(n)):
+            cpu, wall, _, speed, size = state.step(timed=mode == "t")
+            out.append([cpu, wall, speed, size])
+        print(json.dumps(out), flush=True)
     state.close()
     return 0
 
@@ -76,8 +81,9 @@ def spawn(tree: str, policy: str, args) -> subprocess.Popen:
     return p
 
 
-def ask(p: subprocess.Popen, timed: bool) -> list:
-    p.stdin.write("t\n" if timed else "w\n")
+def ask(p: subprocess.Popen, timed: bool, n: int) -> list:
+    """The worker's next `n` iterations: [cpu s, wall s, probe us, (seqs, tokens)] each."""
+    p.stdin.write(f"{'t' if timed else 'w'} {n}\n")
     p.stdin.flush()
     return json.loads(p.stdout.readline())
 
@@ -94,15 +100,16 @@ def compare(policy: str, trees: dict[str, str], args) -> dict:
     probe = {n: [] for n in names}
     same_batches = True
     try:
-        for it in range(args.warmup + args.iterations):
-            timed = it >= args.warmup
-            order = names if it % 2 == 0 else names[::-1]
-            got = {n: ask(procs[n], timed) for n in order}
-            same_batches &= got[names[0]][3] == got[names[1]][3]
-            if timed:
-                for n in names:
-                    cpu[n].append(got[n][0] * 1e3)
-                    probe[n].append(got[n][2])
+        for n in names:
+            ask(procs[n], False, args.warmup)
+        for b in range(-(-args.iterations // args.block)):
+            k = min(args.block, args.iterations - b * args.block)
+            order = names if b % 2 == 0 else names[::-1]
+            got = {n: ask(procs[n], True, k) for n in order}
+            same_batches &= [x[3] for x in got[names[0]]] == [x[3] for x in got[names[1]]]
+            for n in names:
+                cpu[n].extend(x[0] * 1e3 for x in got[n])
+                probe[n].extend(x[2] for x in got[n])
     finally:
         for p in procs.values():
             try:
@@ -113,7 +120,7 @@ def compare(policy: str, trees: dict[str, str], args) -> dict:
             p.wait(timeout=30)
     a, b = names
     ratio = [y / x for x, y in zip(cpu[a], cpu[b]) if x > 0]
-    row = {"policy": policy, "iterations": args.iterations, "warmup": args.warmup,
+    row = {"policy": policy, "iterations": args.iterations, "warmup": args.warmup, "block": args.block,
            "same_batch_sizes": same_batches}
     for n in names:
         row[n] = {"cpu_p50_ms": pct(cpu[n], 50), "cpu_p99_ms": pct(cpu[n], 99), "cpu_max_ms": max(cpu[n]),
@@ -130,6 +137,7 @@ def main(argv=None) -> int:
     ap.add_argument("--policies", default="slo,edf,fcfs")
     ap.add_argument("--iterations", type=int, default=2000)
     ap.add_argument("--warmup", type=int, default=100)
+    ap.add_argument("--block", type=int, default=20, help="iterations a worker runs before the other runs the same ones")
     ap.add_argument("--waiting", type=int, default=1000)
     ap.add_argument("--running", type=int, default=256)
     ap.add_argument("--seed", type=int, default=0)
