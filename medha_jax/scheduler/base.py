@@ -12,6 +12,11 @@
                                  ends -> finish(request, status): pages freed, gone
   engine --finish(request, status, now)--> aborts and errors
 
+The running requests are kept in two parts as they change state, both in `running`'s order:
+prefilling (admitted, prefill or recompute not complete) and decoding (from the batch whose chunk
+completed it until it finishes or is preempted), the latter as a roster with its ids and page
+tables. Phase 1 reads the roster instead of every running request's counts (`_schedule_decodes`).
+
 `update_from_output` is the request lifecycle's only "append token, stop" step: the engine, the
 simulator, the replay, the tests and the overhead benchmark all call it, so they share the stop
 logic. The scheduler is the only writer of a request's status, progress and times; the engine
