@@ -127,7 +127,7 @@ class Scheduler:
         self._rank: dict[Request, int] = {}  # running request -> its place in `running` (admission count)
         self._admissions = count()
         self._prefilling: dict[Request, None] = {}  # running, prefill (or recompute) not yet complete
-        self._decoding: dict[Request, int] = {}  # running, past its prefill -> its token limit (`_token_limit`)
+        self._decoding: dict[Request, int] = {}  # running, past its prefill -> prompt + max_tokens, at most max_model_len
         self._roster: list[Request] = []  # `_decoding`'s requests in `running`'s order
         self._roster_ranks: list[int] = []  # their ranks, ascending (where an entering one goes)
         self._roster_ids: list[str] = []  # their ids
@@ -655,11 +655,12 @@ class Scheduler:
         every running request's counts: the running requests are kept in two parts as they come
         and go (`_prefilling`; `_decoding`, whose `_roster` keeps `running`'s order), and a
         decoding request is ready unless `_unsure` holds it (its token is not back, its pending
-        token is its last), which only those are checked for. The roster's positions, tables
-        and the pages they cover are then read in C (`map`); only a decode whose next position
-        starts a page is looked at alone (`try_add_page`), and one for which that finds no page
-        hands the rest of the pass to `_decode_loop` (`reserve`, which may preempt). The batch
-        keeps the decodes as lists (`ScheduledBatch.decodes`): no object per decode."""
+        token is its last), which only those are checked for. The roster's positions are read in C
+        (`map`), its ids and page tables copied; only decodes whose next position starts a page
+        can need one (pages are whole) and get it in one call (`KVCacheManager.try_add_pages`);
+        the first that needs more hands the rest of the pass to `_decode_loop` (`reserve`, which
+        may preempt). The batch keeps the decodes as lists (`ScheduledBatch.decodes`): no object
+        per decode."""
         in_flight = self._in_flight
         not_ready = self._check_unsure() if self._unsure else ()
         partials = []
