@@ -174,9 +174,9 @@ class SteadyState:
         self.host_work = HostWork if gc_mode == "engine" else contextlib.nullcontext
         self.probe = SpeedProbe()
 
-    def step(self, timed: bool = True) -> tuple[float, float, float, float, tuple[int, int]]:
-        """One iteration: (schedule thread CPU s, schedule wall s, on_batch_done wall s, the speed
-        probe's us just before, (batch sequences, batch tokens))."""
+    def step(self, timed: bool = True) -> tuple[float, float, float, float, float, tuple[int, int]]:
+        """One iteration: (schedule thread CPU s, schedule wall s, on_batch_done wall s,
+        update_from_output wall s, the speed probe's us just before, (batch sequences, batch tokens))."""
         sched = self.sched
         if self.gc_mode == "engine":
             collect_due()  # where the engine runs it: before it blocks on the device (untimed here)
@@ -194,13 +194,14 @@ class SteadyState:
         sched.on_batch_done(batch, now, measured_time=batch.predicted_time)
         t2 = time.perf_counter()
         sched.update_from_output(batch, 0, now)
+        t3 = time.perf_counter()
         # keep the steady state: n_running decodes (oldest finish first), n_waiting waiting
         decodes = [r for r in sched.running if not r.is_prefill]
         for r in decodes[: max(0, len(decodes) - self.n_running)]:
             sched.finish(r, RequestStatus.FINISHED_LENGTH, now)
         while sched.num_waiting < self.n_waiting:
             sched.add_request(self.wl.request(now))
-        return cpu, t1 - t0, t2 - t1, speed, (batch.num_seqs, batch.num_tokens)
+        return cpu, t1 - t0, t2 - t1, t3 - t2, speed, (batch.num_seqs, batch.num_tokens)
 
     def close(self) -> None:
         gc.enable()
@@ -228,7 +229,7 @@ def run(policy: str, iterations: int, n_waiting: int, n_running: int, seed: int,
     timer = state.timer
     sched_times, cpu_times, done_times, sizes, speeds = [], [], [], [], []
     for it in range(warmup + iterations):
-        cpu, wall, done, speed, size = state.step(timed=it >= warmup)
+        cpu, wall, done, _, speed, size = state.step(timed=it >= warmup)
         if it >= warmup:
             cpu_times.append(cpu)
             speeds.append(speed)

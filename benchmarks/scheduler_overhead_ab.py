@@ -6,7 +6,9 @@
              --in lockstep, --block iterations at a time--> one worker runs its next block, then
                          the other (who goes first alternates); one process runs at a time
   -> per policy: p50 / p99 thread CPU of each tree's calls, and the paired ratio (B / A) of the
-     same iteration's two calls: median, p10 / p90, and the share of iterations B was faster
+     same iteration's two calls: median, p10 / p90, and the share of iterations B was faster;
+     beside it the wall time of the rest of the scheduler's step (`on_batch_done` and
+     `update_from_output`), its p50 per tree and its paired median ratio
 
 This VM runs the same Python ~1.8x slower for seconds at a time and ~2x slower on some days
 (`SpeedProbe`): two runs minutes apart differ by more than most changes. Here an iteration's two
@@ -52,8 +54,8 @@ def worker(policy: str, waiting: int, running: int, seed: int, gc_mode: str) -> 
         mode, n = line.split()
         out = []
         for _ in range(int(n)):
-            cpu, wall, _, speed, size = state.step(timed=mode == "t")
-            out.append([cpu, wall, speed, size])
+            cpu, _, done, update, speed, size = state.step(timed=mode == "t")
+            out.append([cpu, done + update, speed, size])
         print(json.dumps(out), flush=True)
     state.close()
     return 0
@@ -82,7 +84,8 @@ def spawn(tree: str, policy: str, args) -> subprocess.Popen:
 
 
 def ask(p: subprocess.Popen, timed: bool, n: int) -> list:
-    """The worker's next `n` iterations: [cpu s, wall s, probe us, (seqs, tokens)] each."""
+    """The worker's next `n` iterations: [schedule cpu s, on_batch_done + update_from_output wall s,
+    probe us, (seqs, tokens)] each."""
     p.stdin.write(f"{'t' if timed else 'w'} {n}\n")
     p.stdin.flush()
     return json.loads(p.stdout.readline())
@@ -97,6 +100,7 @@ def compare(policy: str, trees: dict[str, str], args) -> dict:
     procs = {name: spawn(tree, policy, args) for name, tree in trees.items()}
     names = list(procs)
     cpu = {n: [] for n in names}
+    after_step = {n: [] for n in names}  # on_batch_done + update_from_output, wall ms
     probe = {n: [] for n in names}
     same_batches = True
     try:
@@ -109,6 +113,7 @@ def compare(policy: str, trees: dict[str, str], args) -> dict:
             same_batches &= [x[3] for x in got[names[0]]] == [x[3] for x in got[names[1]]]
             for n in names:
                 cpu[n].extend(x[0] * 1e3 for x in got[n])
+                after_step[n].extend(x[1] * 1e3 for x in got[n])
                 probe[n].extend(x[2] for x in got[n])
     finally:
         for p in procs.values():
@@ -124,7 +129,10 @@ def compare(policy: str, trees: dict[str, str], args) -> dict:
            "same_batch_sizes": same_batches}
     for n in names:
         row[n] = {"cpu_p50_ms": pct(cpu[n], 50), "cpu_p99_ms": pct(cpu[n], 99), "cpu_max_ms": max(cpu[n]),
-                  "probe_p50_us": pct(probe[n], 50)}
+                  "probe_p50_us": pct(probe[n], 50),
+                  "done_and_update_wall_p50_ms": pct(after_step[n], 50)}
+    done_ratio = [y / x for x, y in zip(after_step[a], after_step[b]) if x > 0]
+    row["done_and_update_ratio_median"] = pct(done_ratio, 50)
     row["ratio_after_over_before"] = {"p10": pct(ratio, 10), "median": pct(ratio, 50), "p90": pct(ratio, 90),
                                       "after_faster_share": sum(r < 1 for r in ratio) / len(ratio)}
     return row
@@ -160,7 +168,9 @@ def main(argv=None) -> int:
         print(f"{policy:>5}: before p50 {row['before']['cpu_p50_ms']:.3f} p99 {row['before']['cpu_p99_ms']:.3f} ms | "
               f"after p50 {row['after']['cpu_p50_ms']:.3f} p99 {row['after']['cpu_p99_ms']:.3f} ms | after/before per "
               f"iteration: median {r['median']:.3f} (p10 {r['p10']:.3f}, p90 {r['p90']:.3f}), after faster in "
-              f"{100 * r['after_faster_share']:.0f}% | VM probe p50 {row['after']['probe_p50_us']:.0f} us"
+              f"{100 * r['after_faster_share']:.0f}% | on_batch_done + update_from_output p50 "
+              f"{row['before']['done_and_update_wall_p50_ms']:.3f} -> {row['after']['done_and_update_wall_p50_ms']:.3f} ms "
+              f"(paired median {row['done_and_update_ratio_median']:.3f}) | VM probe p50 {row['after']['probe_p50_us']:.0f} us"
               + ("" if row["same_batch_sizes"] else " | the trees formed different batches"), flush=True)
     try:
         load = os.getloadavg()
