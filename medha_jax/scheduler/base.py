@@ -136,6 +136,11 @@ class Scheduler:
         """Decoding requests that may not be ready for a decode now (their token is not back yet,
         their pending token is their last): the decode pass checks these one by one; every other
         decoding request not in flight is ready (one token left to compute, one sampled)."""
+        self._awaiting: list[list[Request]] = []
+        """The decode lists of batches done without pending tokens whose tokens are not back yet:
+        unsure as a whole (the decode pass adds them to `_unsure` if they are still here), so that
+        the usual flow, tokens back before the next batch is formed, marks and clears no request
+        one by one."""
         self._matched: list[Request] = []  # waiting requests offered a cached prefix this pass
         self.records = IterationLog(config.max_records)
         self.trace = IterationTrace(config.iteration_trace) if config.iteration_trace else None
@@ -214,6 +219,7 @@ class Scheduler:
         """Preempt every running request (e.g. the device KV cache was lost)."""
         victims = list(self.running)
         self._in_flight.clear()
+        self._awaiting.clear()
         for r in victims:
             self._preempt(r)
         for r in victims:
@@ -321,10 +327,10 @@ class Scheduler:
                 req.num_pending_tokens += 1
                 if start + 2 >= limits[req]:  # its pending token (it had start + 2 with it) is its last
                     unsure.add(req)
-            else:
-                unsure.add(req)  # not ready again until its token is appended
             if commit is not None:
                 commit(req)
+        if batch.decodes and not tokens_pending:
+            self._awaiting.append(batch.decodes)  # not ready again until their tokens are appended
         batch.tokens_pending = tokens_pending
         for req in batch.preempted:
             if req.status is RequestStatus.PREEMPTED:
@@ -382,7 +388,17 @@ class Scheduler:
         # (sequence index, request) of each sequence that samples: chunks first, then the decodes
         samplers = chain(((i, s.request) for i, s in enumerate(chunks) if s.samples),
                          zip(count(len(chunks)), batch.decodes))
-        ready = []  # requests whose token is back and nothing else pending: ready for their next decode
+        flushed = False  # the batch's decodes were made unsure one by one (a pass ran before their tokens)
+        if not pending:  # the batch's decodes are sure again, but for those that get no token
+            for i, waiting in enumerate(self._awaiting):
+                if waiting is batch.decodes:
+                    del self._awaiting[i]
+                    break
+            else:
+                flushed = bool(batch.decodes)
+        ready = []  # got their token with nothing else pending: ready for their next decode
+        unsure = self._unsure
+        n_chunks = len(chunks)
         for i, req in samplers:
             if req.is_finished:
                 continue
@@ -391,8 +407,12 @@ class Scheduler:
                     continue  # not advanced by this batch (preempted while in flight)
                 req.num_pending_tokens -= 1
             elif req.num_computed_tokens != req.num_tokens:
+                if i >= n_chunks and req in self._decoding:  # a decode this batch did not advance
+                    unsure.add(req)
                 continue
-            elif not req.num_pending_tokens:
+            elif req.num_pending_tokens:
+                unsure.add(req)  # pending tokens from another batch: checked one by one
+            elif i < n_chunks or flushed:
                 ready.append(req)  # its one token left to compute is the one appended now
             tok = sampled if isinstance(sampled, int) else int(sampled[i])  # int(): a list may hold numpy ints
             req.output_token_ids.append(tok)
@@ -412,7 +432,7 @@ class Scheduler:
                 self.finish(req, stop[0], now)
                 finished.append(req)
         if ready:
-            self._unsure.difference_update(ready)
+            unsure.difference_update(ready)
         return finished
 
     @staticmethod
@@ -662,6 +682,9 @@ class Scheduler:
         may preempt). The batch keeps the decodes as lists (`ScheduledBatch.decodes`): no object
         per decode."""
         in_flight = self._in_flight
+        if self._awaiting:  # batches whose tokens are not back (a pipeline, or tokens appended later)
+            self._unsure.update(r for lst in self._awaiting for r in lst if r in self._decoding)
+            self._awaiting.clear()
         not_ready = self._check_unsure() if self._unsure else ()
         partials = []
         strays = []
