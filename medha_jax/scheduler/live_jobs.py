@@ -5,10 +5,11 @@ jobs kept up to date between iterations instead of rebuilt in each.
                                                              + a heap of give-up times
   SLOPolicy.on_leave_waiting / gives one up ----remove(request)
   SLOPolicy.candidates: due(now) ----> the requests whose give-up time has come (the policy checks
-                                       each exactly; one still in time goes back with `add`)
+                                       each exactly; one still in time gets a time again:
+                                       `schedule_give_up`)
                         jobs() ------> the jobs, in the order the requests were added (`sacrifice`)
-                        set_aside(changed, grown) --> a request set aside (or let back) gets the
-                                       job with its grown (or plain) estimate
+                        set_job(request, job) <-- a request set aside (or let back) gets the job
+                                       with its grown (or plain) estimate (`SLOPolicy._regrow`)
 
 A job is (deadline, remaining seconds, request, priority class) and stays fixed while its
 request waits: a waiting request's estimate does not change (`SLOPolicy.candidates`). Its
