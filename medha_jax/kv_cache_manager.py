@@ -213,8 +213,8 @@ class KVCacheManager:
 
     def try_add_page(self, request: Request) -> bool:
         """One more page at the end of a request's last block: `try_allocate(request, 1)` for a
-        decode whose next position starts a page (the scheduler's decode pass meets ~16 per
-        iteration at 256 decodes), without the general path's per-block arithmetic. False, with
+        decode whose next position starts a page (the scheduler's general decode loop; its fast
+        path grants them all at once, `try_add_pages`), without the general path's per-block arithmetic. False, with
         nothing allocated, when the last block is full or its group has no free page: the caller
         then takes the general path (`Scheduler.reserve`). The request must hold pages."""
         rid = request.request_id
