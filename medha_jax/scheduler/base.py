@@ -655,14 +655,11 @@ class Scheduler:
         not_ready = set()
         in_flight = self._in_flight
         for req in [r for r in self._unsure if r not in in_flight]:
-            out = req.output_token_ids
-            pending = req.num_pending_tokens
-            left = len(req.prompt_token_ids) + len(out) + pending - req.num_computed_tokens
-            if left > 1:
+            if req.num_remaining_tokens > 1:
                 self._stop_decoding(req)
                 self._prefilling[req] = None
                 self._prefilling = dict.fromkeys(sorted(self._prefilling, key=self._rank.__getitem__))
-            elif left == 0 or not (out or pending) or (pending and at_length(req, self.max_model_len)):
+            elif not self.is_decode(req) or (req.num_pending_tokens and at_length(req, self.max_model_len)):
                 not_ready.add(req)
             else:
                 self._unsure.discard(req)
@@ -688,15 +685,12 @@ class Scheduler:
         not_ready = self._check_unsure() if self._unsure else ()
         partials = []
         strays = []
-        for req in self._prefilling:
+        for req in self._prefilling:  # a few requests: the plain rule, read from the request
             if req in in_flight:
                 continue
-            out = req.output_token_ids
-            total = len(req.prompt_token_ids) + len(out) + req.num_pending_tokens
-            done = req.num_computed_tokens
-            if total - done == 1 and (out or req.num_pending_tokens):
+            if self.is_decode(req):
                 strays.append(req)  # one token left after a sampled one: decoding (only if written from outside)
-            elif total > done:
+            elif req.num_remaining_tokens > 0:
                 partials.append(req)
         for req in strays:
             self._start_decoding(req)
