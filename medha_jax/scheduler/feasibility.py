@@ -65,6 +65,18 @@ def sacrifice(jobs: Iterable[tuple], now: float, *, rate: float = 1.0, margin: f
             [order[k][2] for k in sorted(dropped)])
 
 
+def late_alone_scale(deadline: float, work: float, start: float) -> float:
+    """The time scale (inflate / rate) above which `sacrifice` with one rank sets a job of `work`
+    seconds due at `deadline` aside at once when the walk starts at `start`, or at any later start
+    (a job that waits only gets later): `_drop`'s late-alone rule solved for the scale, plus a
+    relative 1e-9 so that the rule, computed the other way round, agrees up to rounding. inf for
+    a job with no work (it is late alone at no scale)."""
+    if not work > 0:
+        return math.inf
+    x = (deadline * (1.0 + LATE_ALONE_TOL) + LATE_ALONE_TOL - start) / work
+    return x + 1e-9 * (abs(x) + 1.0)
+
+
 def _drop(order: list[tuple], i: int, t: float, scale: float, start: float) -> set[int]:
     """Moore-Hodgson from the first overrun (job i, finishing at t) with one rank: whenever the
     job just added finishes late, the longest admitted job goes; a job late even alone from

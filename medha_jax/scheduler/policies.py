@@ -45,7 +45,7 @@ from collections.abc import Hashable, Iterator
 from operator import itemgetter
 
 from medha_jax.request import Request
-from medha_jax.scheduler.feasibility import sacrifice, spare_time
+from medha_jax.scheduler.feasibility import late_alone_scale, sacrifice, spare_time
 from medha_jax.scheduler.live_jobs import LiveJobs
 from medha_jax.scheduler.predictor import SPELL
 from medha_jax.scheduler.waiting_index import WaitingIndex
@@ -396,7 +396,8 @@ class SLOPolicy(DeadlinePolicy):
         self._slowdown = 1.0  # how much slower than predicted the device runs now, at least 1 (`on_iteration`)
         self._spell = 1.0  # how much slower than the packer's predictions (`on_iteration`)
         self.set_aside: set[Request] = set()
-        self._prefilling: dict[Request, None] = {}  # left the waiting queue, no first token yet
+        # left the waiting queue, no first token yet -> (its computed tokens, its remaining estimate then) or None
+        self._prefilling: dict[Request, tuple[int, float] | None] = {}
         # The waiting queue in three parts, kept up to date as requests come and go:
         self._live = LiveJobs()  # no first token, may still make its deadline: their scan jobs
         self._grown_by = 1.0 + self.REJOIN  # the factor the set-aside live jobs' estimates carry
@@ -558,6 +559,21 @@ class SLOPolicy(DeadlinePolicy):
                 live.set_job(r, (job[0], (i[2] - i[4]) * grow if r in aside else i[2] - i[4], r, job[3]))
         self._grown_by = grow
 
+    def _sleep_late_alone(self, aside: list[Request], start: float, scale: float) -> list[Request]:
+        """The set-aside waiting requests whose jobs are late even alone by a clear margin turn
+        dormant (out of the scans until their threshold is reached: `LiveJobs`); returns the
+        others, in their order."""
+        live, rest = self._live, []
+        for r in aside:
+            if r in live:
+                job = live.job(r)
+                threshold = late_alone_scale(job[0], job[1], start)
+                if scale > threshold:
+                    live.sleep(r, threshold, start)
+                    continue
+            rest.append(r)
+        return rest
+
     def _fast(self, request: Request, left: float, cache) -> float:
         """`left`, an estimate of `request`'s remaining seconds at the budget, at `cache`'s stretch."""
         done = request.num_computed_tokens or request.num_cached_tokens
@@ -613,9 +629,12 @@ class SLOPolicy(DeadlinePolicy):
         requests that can still make their deadlines: a hopeless one (late even alone at full
         speed) is set aside for good without a scan. With one class the scan would set it aside
         too and nothing else; with classes it would give up less important in-time requests in
-        a vain attempt to fit it. In overload an iteration costs O(requests still in time +
-        running prefills), not O(queue). A waiting request's remaining
-        time is its static estimate."""
+        a vain attempt to fit it. With one class and no rescue, a request the scan finds late even
+        alone at this share by a clear margin turns dormant (`LiveJobs`): it stays set aside,
+        out of the scans, until the share rises to its threshold (it only gets later while it
+        waits). In overload an iteration costs O(requests still in time and not dormant + running
+        prefills), not O(queue). A waiting request's remaining time is its static estimate; a
+        running prefill's is recomputed only when it made progress."""
         info, live = self._info, self._live
         set_aside, grow = self.set_aside, 1.0 + self.REJOIN  # set aside last time: must fit with REJOIN more
         hopeless = []
@@ -633,14 +652,25 @@ class SLOPolicy(DeadlinePolicy):
             self._give_up(live.in_order(hopeless))
         if grow != self._grown_by:  # REJOIN changed (tests): every set-aside job's estimate follows
             self._regrow(set_aside, set_aside, grow)
-        jobs = live.jobs()  # set aside last time: with REJOIN more work (`_regrow`)
-        for r in list(self._prefilling):  # running prefills, in flight or not: they use the device too
-            if r.output_token_ids:
-                del self._prefilling[r]
-            else:
-                left = self.remaining(r)
-                jobs.append((r.arrival_time + info[r][0], left * grow if r in set_aside else left, r, r.priority_class))
         rate = self._share or 1.0
+        # one rank, no rescue: jobs late alone by a clear margin stay out of the scan (`LiveJobs`)
+        dormancy = not self._classed and not self._ladder
+        start, scale = now + self._margin, self.inflate / rate
+        if dormancy:
+            live.wake(scale, start)
+        else:
+            live.wake_all()
+        jobs = live.jobs()  # set aside last time: with REJOIN more work (`_regrow`)
+        prefilling = self._prefilling
+        for r, known in list(prefilling.items()):  # running prefills, in flight or not: they use the device too
+            if r.output_token_ids:
+                del prefilling[r]
+                continue
+            done = r.num_computed_tokens
+            if known is None or known[0] != done:  # its estimate moves only with its progress
+                known = prefilling[r] = (done, self.remaining(r))
+            left = known[1]
+            jobs.append((r.arrival_time + info[r][0], left * grow if r in set_aside else left, r, r.priority_class))
         admitted, aside = sacrifice(jobs, now, rate=rate, margin=self._margin, inflate=self.inflate)
         was, self.rescue = self.rescue, 1.0
         if self._ladder and not self._hopeless:
@@ -651,8 +681,12 @@ class SLOPolicy(DeadlinePolicy):
                 if res is not None:
                     admitted, aside = res
         now_aside = set(aside)
+        if live.num_dormant:
+            now_aside.update(live.dormant())
         self._regrow(set_aside.symmetric_difference(now_aside), now_aside, grow)
         self.set_aside = now_aside
+        if dormancy and aside:  # with their grown estimates, as the next scan would see them
+            aside = self._sleep_late_alone(aside, start, scale)
         waiting, partial_set = self._store(), set(partials)
         # With a first token: waiting after preemption, or already recomputing their context in
         # chunks (running partials that left the queue; no scan covers them either).
@@ -664,7 +698,8 @@ class SLOPolicy(DeadlinePolicy):
         if self._classed:
             aside = sorted(aside, key=_class_deadline)  # stable: deadline order within a class
         gone = self._hopeless
-        later = heapq.merge(aside, (e for e in self._hopeless_order if e[3] in gone), key=_class_deadline)
+        dormant = ((0, d, 0, r) for d, _, r in live.dormant_in_order()) if live.num_dormant else ()
+        later = heapq.merge(aside, dormant, (e for e in self._hopeless_order if e[3] in gone), key=_class_deadline)
         if admitted:
             admitted_set = set(admitted)
             early, later = self._borrow_slack([j for j in jobs if j[2] in admitted_set], later, now)

@@ -45,9 +45,9 @@ def test_kept_jobs_are_the_fresh_ones_and_none_is_hopeless(seed, rescue):
                                       arrival_time=now, priority_class=rng.choice([0, 0, 1]),
                                       ttft_deadline=rng.choice([None, 0.1, 1.0])))
         batch = sched.schedule(now)
-        assert pol._live.jobs() == fresh_jobs(pol)
+        assert pol._live.all_jobs() == fresh_jobs(pol)
         fastest = pol.inflate
-        for d, _, r, _ in pol._live.jobs():
+        for d, _, r, _ in pol._live.all_jobs():
             i = pol._info[r]
             left = i[2] - i[4]
             assert not (d < now + fastest * left and (
@@ -74,3 +74,110 @@ def test_due_hands_out_each_request_once_and_forgets_removed_ones():
     assert live.in_order([b, a]) == [a, b]
     live.remove(a)
     assert list(live) == [b] and len(live) == 1 and live.due(10.0) == [b]
+
+
+def test_dormant_jobs_leave_the_scan_until_their_threshold_and_keep_their_places():
+    a, b, c, d = (Request(x, [1], SamplingParams(), arrival_time=0.0) for x in "abcd")
+    live = LiveJobs()
+    for r, deadline in zip((a, b, c, d), (4.0, 1.0, 3.0, 2.0)):
+        live.add(r, (deadline, 0.5, r, 0), give_up_at=100.0)
+    live.sleep(b, threshold=2.0, start=1.0)
+    live.sleep(c, threshold=5.0, start=1.5)
+    assert live.jobs() == [(4.0, 0.5, a, 0), (2.0, 0.5, d, 0)]  # the scan's: active only, in the order added
+    assert [e[2] for e in live.dormant_in_order()] == [b, c]  # by deadline
+    assert set(live.dormant()) == {b, c} and live.num_dormant == 2 and len(live) == 4
+    live.wake(scale=6.0, start=2.0)  # above both thresholds: both stay out
+    assert live.num_dormant == 2
+    live.wake(scale=4.0, start=2.0)  # at or below c's threshold: c wakes, back in its place
+    assert [j[2] for j in live.jobs()] == [a, c, d] and list(live.dormant()) == [b]
+    live.wake(scale=6.0, start=1.2)  # the start went back (a smaller margin): every one wakes
+    assert [j[2] for j in live.jobs()] == [a, b, c, d] and live.num_dormant == 0
+    live.sleep(a, threshold=1.0, start=3.0)
+    live.sleep(d, threshold=1.0, start=3.0)
+    live.set_job(a, (4.0, 0.7, a, 0))  # a new job: its threshold is stale, it wakes
+    live.remove(d)  # gone while dormant
+    assert live.jobs() == [(4.0, 0.7, a, 0), (1.0, 0.5, b, 0), (3.0, 0.5, c, 0)]
+    assert live.num_dormant == 0 and live.dormant_in_order() == [] and len(live) == 3
+    assert live.all_jobs() == live.jobs()
+
+
+def check_every_scan(monkeypatch, pol) -> list[int]:
+    """Every slo scan, rerun with the dormant jobs put back, must admit the same requests and set
+    aside exactly the scan's set-aside ones plus the dormant ones; returns the dormant count per scan."""
+    import medha_jax.scheduler.policies as policies
+    real, checked = policies.sacrifice, []
+
+    def sacrifice_and_check(jobs, now, **kw):
+        admitted, aside = real(jobs, now, **kw)
+        dormant = list(pol._live.dormant())
+        full_admitted, full_aside = real(jobs + [pol._live.job(r) for r in dormant], now, **kw)
+        assert full_admitted == admitted and set(full_aside) == set(aside) | set(dormant)
+        checked.append(len(dormant))
+        return admitted, aside
+
+    monkeypatch.setattr(policies, "sacrifice", sacrifice_and_check)
+    return checked
+
+
+def slo_scheduler(**config):
+    cfg = dict(policy="slo", t_target=0.02, deadline_min=0.05, max_num_batched_tokens=256, chunk_granularity=16,
+               min_chunk=16)
+    return make_scheduler(SchedulerConfig(**(cfg | config)), KVCacheManager(4000, page_size=16),
+                          RuntimePredictor({"const": 1e-3, "tokens": 1e-4}))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_scan_without_the_dormant_jobs_decides_what_a_scan_with_them_would(seed, monkeypatch):
+    """Random overload, one class, no rescue: bursts of chat and lulls."""
+    rng = random.Random(seed)
+    sched = slo_scheduler()
+    pol = sched.policy
+    checked = check_every_scan(monkeypatch, pol)
+    now = 0.0
+    for n in range(600):
+        # bursts of chat with long answers (decodes pile up: a small prefill share) and lulls
+        # with none (the share recovers)
+        burst = (n // 100) % 2 == 0
+        for k in range(rng.choice([1, 2, 3] if burst else [0, 0, 0, 1])):
+            long = not burst or rng.random() < 0.3
+            length = rng.randint(200, 3000) if long else rng.randint(1, 60)
+            sched.add_request(Request(f"r{n}.{k}", [5] * length,
+                                      SamplingParams(max_tokens=rng.randint(1, 20) if long else rng.randint(50, 150)),
+                                      arrival_time=now, ttft_deadline=rng.choice([None, rng.uniform(0.03, 10.0 if long else 1.0)])))
+        batch = sched.schedule(now)
+        now += (batch.predicted_time or 0.01) * rng.uniform(0.8, 1.5)
+        sample_all(sched, batch, now)
+    assert sum(map(bool, checked)) > 120  # dormant jobs were left out of many scans
+
+
+def test_a_dormant_request_rejoins_when_the_decodes_leave(monkeypatch):
+    """A long prompt late even alone while 200 decodes hold the device turns dormant; once they
+    finish and the prefill share recovers it fits again, and it must rejoin the EDF order (ahead
+    of a request due later), not stay set aside."""
+    sched = slo_scheduler()
+    pol = sched.policy
+    checked = check_every_scan(monkeypatch, pol)
+    chats = [Request(f"c{k}", [5] * 8, SamplingParams(max_tokens=1000), arrival_time=0.0) for k in range(200)]
+    for r in chats:
+        sched.add_decoding(r, 7)
+    late = Request("long", [5] * 3000, SamplingParams(max_tokens=1), arrival_time=0.0, ttft_deadline=1.5)
+    other = Request("other", [5] * 3000, SamplingParams(max_tokens=1), arrival_time=0.0, ttft_deadline=30.0)
+    sched.add_request(late)
+    sched.add_request(other)
+    now, was_dormant, first_chunk = 0.0, False, None
+    for it in range(200):
+        if it == 10:
+            for r in chats:
+                sched.abort(r.request_id)
+        was_dormant |= late in pol._live.dormant()
+        batch = sched.schedule(now)
+        chunked = [s.request for s in batch.chunks]
+        if first_chunk is None and chunked:
+            first_chunk = chunked[0]
+        now += batch.predicted_time or 0.01
+        sample_all(sched, batch, now)
+        if late.output_token_ids:
+            break
+    assert was_dormant and any(checked)
+    assert first_chunk is late  # it rejoined before `other` got any chunk
+    assert late.output_token_ids and late.first_token_time <= late.arrival_time + 1.5
