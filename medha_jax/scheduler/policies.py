@@ -403,7 +403,7 @@ class SLOPolicy(DeadlinePolicy):
         self._grown_by = 1.0 + self.REJOIN  # the factor the set-aside live jobs' estimates carry
         self._classed = 0  # live requests (of any state) with a priority class other than 0
         self._firsts: dict[Request, None] = {}  # with a first token (recompute after preemption)
-        self._hopeless: dict[Request, None] = {}  # no first token, cannot make its deadline any more
+        self._hopeless: dict[Request, int] = {}  # no first token, cannot make its deadline any more -> its entry's seq
         self._hopeless_order: list[tuple] = []  # (class, deadline, seq, request, remaining s), sorted; pruned lazily
         self._stale = self._seq = 0
         self._round, self._iteration = max(1, round(1.0 / min_share)) if min_share > 0 else 0, 0
@@ -515,13 +515,26 @@ class SLOPolicy(DeadlinePolicy):
         feasibility scan for good (time only moves on; a waiting request's estimate is fixed)."""
         for r in requests:
             self._live.remove(r)
-            self._hopeless[r] = None
             self._seq += 1
+            self._hopeless[r] = self._seq  # an older entry of r (given up before, then preempted) is stale
             i = self._info[r]  # its remaining estimate stays i[2] - i[4] while it waits (no output, nothing computed)
             bisect.insort(self._hopeless_order, (r.priority_class, r.arrival_time + i[0], self._seq, r, i[2] - i[4]))
         if self._stale > 32 and 2 * self._stale > len(self._hopeless_order):
-            self._hopeless_order = [e for e in self._hopeless_order if e[3] in self._hopeless]
+            self._hopeless_order = [e for e in self._hopeless_order if self._hopeless.get(e[3]) == e[2]]
             self._stale = 0
+
+    def _given_up_in_order(self) -> Iterator[tuple]:
+        """The given-up requests' entries (class, deadline, seq >= 1, request, estimate) in order,
+        lazily; the stale entries ahead of the first live one (those run first, in this order) are
+        dropped for good, so later iterations do not walk them again."""
+        order, gone = self._hopeless_order, self._hopeless
+        k, n = 0, len(order)
+        while k < n and gone.get(order[k][3]) != order[k][2]:
+            k += 1
+        if k:
+            del order[:k]
+            self._stale = max(0, self._stale - k)
+        return (e for e in order if gone.get(e[3]) == e[2])
 
     def _borrow_slack(self, admitted_jobs: list[tuple], later: Iterator[tuple], now: float):
         """(late requests to run before the admitted ones, the rest of `later`): in `later`'s order
@@ -693,13 +706,15 @@ class SLOPolicy(DeadlinePolicy):
         recomputing = (r for r in partials if r.output_token_ids)
         firsts = sorted(((r.arrival_time + info[r][0], r) for r in itertools.chain(self._firsts, recomputing)),
                         key=_first)
-        aside = ((r.priority_class, r.arrival_time + info[r][0], 0, r) for r in aside
-                 if r in waiting or r in partial_set)  # in deadline order (lazy: the packer takes a few)
+        # (class, deadline, tie, request[, estimate]) in deadline order, lazily (the packer takes a
+        # few); `tie` differs between the three sequences merged below, so no two entries compare
+        # their requests, and at equal deadlines the set-aside come first, then the dormant
+        aside = ((r.priority_class, r.arrival_time + info[r][0], -2, r) for r in aside
+                 if r in waiting or r in partial_set)
         if self._classed:
             aside = sorted(aside, key=_class_deadline)  # stable: deadline order within a class
-        gone = self._hopeless
-        dormant = ((0, d, 0, r) for d, _, r in live.dormant_in_order()) if live.num_dormant else ()
-        later = heapq.merge(aside, dormant, (e for e in self._hopeless_order if e[3] in gone), key=_class_deadline)
+        dormant = ((0, d, -1, r) for d, _, r in live.dormant_in_order()) if live.num_dormant else ()
+        later = heapq.merge(aside, dormant, self._given_up_in_order())
         if admitted:
             admitted_set = set(admitted)
             early, later = self._borrow_slack([j for j in jobs if j[2] in admitted_set], later, now)

@@ -181,3 +181,20 @@ def test_a_dormant_request_rejoins_when_the_decodes_leave(monkeypatch):
     assert was_dormant and any(checked)
     assert first_chunk is late  # it rejoined before `other` got any chunk
     assert late.output_token_ids and late.first_token_time <= late.arrival_time + 1.5
+
+
+def test_a_request_given_up_twice_is_a_candidate_once():
+    """Given up, admitted, preempted back to the queue and given up again: the first give-up's
+    entry is stale, and the candidate order holds the request once (it used to appear twice, and
+    the copy took one of the slack borrowing's BORROW_SCAN looks)."""
+    sched = slo_scheduler()
+    pol = sched.policy
+    r = Request("r", [5] * 500, SamplingParams(max_tokens=4), arrival_time=0.0, ttft_deadline=0.01)
+    other = Request("o", [5] * 500, SamplingParams(max_tokens=4), arrival_time=0.0, ttft_deadline=0.005)
+    sched.add_request(r)
+    sched.add_request(other)
+    assert list(pol.candidates([], 1.0)).count(r) == 1 and r in pol._hopeless
+    pol.on_leave_waiting(r)  # admitted ...
+    pol.on_waiting(r)  # ... and preempted before computing anything
+    order = list(pol.candidates([], 2.0))
+    assert r in pol._hopeless and order.count(r) == 1 and order.count(other) == 1
