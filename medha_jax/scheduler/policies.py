@@ -52,6 +52,7 @@ from medha_jax.scheduler.waiting_index import WaitingIndex
 
 _first, _second, _fourth = itemgetter(0), itemgetter(1), itemgetter(3)
 _class_deadline = itemgetter(0, 1)
+_class_deadline_tie = itemgetter(0, 1, 2)
 
 
 class Policy:
@@ -536,24 +537,35 @@ class SLOPolicy(DeadlinePolicy):
             self._stale = max(0, self._stale - k)
         return (e for e in order if gone.get(e[3]) == e[2])
 
-    def _borrow_slack(self, admitted_jobs: list[tuple], later: Iterator[tuple], now: float):
-        """(late requests to run before the admitted ones, the rest of `later`): in `later`'s order
-        (class, then deadline), those whose remaining work fits in the least slack of the admitted
-        EDF schedule (`spare_time`, on the scan's server), so none of the admitted is made late;
-        at most BORROW_SCAN entries are looked at, so overload stays O(requests in time). Every
-        estimate is stretched by the device's recent slowdown (`on_iteration`): during a slow
-        spell the admitted schedule has less slack than the estimates say."""
-        if not admitted_jobs:  # nothing to run before: `later` is the order already
-            return [], later
+    def _borrow_slack(self, admitted_jobs: list[tuple], sources: list, now: float):
+        """(late requests to run before the admitted ones, the order of the rest): in the order of
+        `sources` merged (each sorted by (class, deadline, tie), no two sharing a key), those whose
+        remaining work fits in the least slack of the admitted EDF schedule (`spare_time`, on the
+        scan's server), so none of the admitted is made late; at most BORROW_SCAN entries are
+        looked at, so overload stays O(requests in time). Every estimate is stretched by the
+        device's recent slowdown (`on_iteration`): during a slow spell the admitted schedule has
+        less slack than the estimates say. The BORROW_SCAN entries looked at are the first of each
+        source sorted together (C), not pulled one by one through a lazy merge."""
         inflate = self.inflate * self._slowdown  # a device running slow leaves less slack than the estimates say
         spare = self.BORROW_FRACTION * spare_time(admitted_jobs, now, rate=self._share or 1.0, margin=self._margin,
                                                   inflate=inflate)
         if not spare > 0.0:
-            return [], later
+            return [], heapq.merge(*sources)
         scale = inflate / (self._share or 1.0)
+        n = self.BORROW_SCAN
+        sources = [iter(x) for x in sources]
+        heads = []
+        for x in sources:
+            heads.extend(itertools.islice(x, n))
+        heads.sort(key=_class_deadline_tie)  # stable, and no two entries share a key
+        window, remaining = heads[:n], self.remaining
+        work = [(e[4] if len(e) > 4 else remaining(e[3])) * scale for e in window]  # a given-up entry carries its estimate
+        if not work or min(work) > spare:  # nothing fits (most iterations in overload)
+            return [], heapq.merge(heads, *sources, key=_class_deadline_tie)
         early, skipped = [], []
-        for e in itertools.islice(later, self.BORROW_SCAN):
-            w = (e[4] if len(e) > 4 else self.remaining(e[3])) * scale  # a given-up entry carries its estimate
+        k = 0
+        for e, w in zip(window, work):
+            k += 1
             if w <= spare:
                 spare -= w
                 early.append(e[3])
@@ -561,7 +573,8 @@ class SLOPolicy(DeadlinePolicy):
                 skipped.append(e)
             if spare <= 0.0:
                 break
-        return early, itertools.chain(skipped, later)
+        # what was not looked at: the rest of the heads (sorted), before each source's rest
+        return early, itertools.chain(skipped, heapq.merge(heads[k:], *sources, key=_class_deadline_tie))
 
     def _regrow(self, changed, aside: set[Request], grow: float) -> None:
         """The live jobs of `changed` requests get estimates grown by `grow` if set `aside`, plain if not."""
@@ -714,12 +727,12 @@ class SLOPolicy(DeadlinePolicy):
         if self._classed:
             aside = sorted(aside, key=_class_deadline)  # stable: deadline order within a class
         dormant = ((0, d, -1, r) for d, _, r in live.dormant_in_order()) if live.num_dormant else ()
-        later = heapq.merge(aside, dormant, self._given_up_in_order())
+        sources = [aside, dormant, self._given_up_in_order()]
         if admitted:
             admitted_set = set(admitted)
-            early, later = self._borrow_slack([j for j in jobs if j[2] in admitted_set], later, now)
+            early, later = self._borrow_slack([j for j in jobs if j[2] in admitted_set], sources, now)
         else:
-            early = []
+            early, later = [], heapq.merge(*sources)  # nothing to run before: merged, lazily
         top = None
         if self._round and self._iteration % self._round == 0:  # the set-aside share
             top = next(later, None)
