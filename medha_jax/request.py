@@ -113,7 +113,8 @@ class Request:
 
     @property
     def is_finished(self) -> bool:
-        return self.status.finished
+        status = self.status
+        return status is not RequestStatus.RUNNING and status.finished  # the hot case first: no enum property read
 
     def token_ids_slice(self, start: int, stop: int) -> list[int]:
         """Token ids at positions [start, stop) of prompt + output; 0 at a pending token's position

@@ -399,6 +399,7 @@ class Scheduler:
         ready = []  # got their token with nothing else pending: ready for their next decode
         unsure = self._unsure
         n_chunks = len(chunks)
+        one = sampled if isinstance(sampled, int) else None  # one token for all (a simulator)
         for i, req in samplers:
             if req.is_finished:
                 continue
@@ -414,7 +415,7 @@ class Scheduler:
                 unsure.add(req)  # pending tokens from another batch: checked one by one
             elif i < n_chunks or flushed:
                 ready.append(req)  # its one token left to compute is the one appended now
-            tok = sampled if isinstance(sampled, int) else int(sampled[i])  # int(): a list may hold numpy ints
+            tok = one if one is not None else int(sampled[i])  # int(): a list may hold numpy ints
             req.output_token_ids.append(tok)
             if logprobs is not None and req.sampling_params.logprobs:
                 req.output_logprobs.append(float(logprobs[i]))

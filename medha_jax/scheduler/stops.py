@@ -22,7 +22,7 @@ def is_special(token: int, request: Request, eos_token_ids: frozenset[int]) -> b
 def at_length(request: Request, max_model_len: int | None) -> bool:
     """The request has every token it may have: max_tokens generated (a pending token counts, its
     id does not matter) or the context full."""
-    n = request.num_output_tokens + request.num_pending_tokens
+    n = len(request.output_token_ids) + request.num_pending_tokens  # once per decode: no property call
     return n >= request.sampling_params.max_tokens or (max_model_len is not None
                                                        and request.num_tokens >= max_model_len)
 
