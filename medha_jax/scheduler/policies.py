@@ -539,7 +539,8 @@ class SLOPolicy(DeadlinePolicy):
 
     def _borrow_slack(self, admitted_jobs: list[tuple], sources: list, now: float):
         """(late requests to run before the admitted ones, the order of the rest): in the order of
-        `sources` merged (each sorted by (class, deadline, tie), no two sharing a key), those whose
+        `sources` merged (each sorted by (class, deadline, tie); `tie` differs between sources, so
+        only entries of one source can share a key, and they keep their order), those whose
         remaining work fits in the least slack of the admitted EDF schedule (`spare_time`, on the
         scan's server), so none of the admitted is made late; at most BORROW_SCAN entries are
         looked at, so overload stays O(requests in time). Every estimate is stretched by the
@@ -557,7 +558,7 @@ class SLOPolicy(DeadlinePolicy):
         heads = []
         for x in sources:
             heads.extend(itertools.islice(x, n))
-        heads.sort(key=_class_deadline_tie)  # stable, and no two entries share a key
+        heads.sort(key=_class_deadline_tie)  # stable: entries of one source that share a key keep their order
         window, remaining = heads[:n], self.remaining
         work = [(e[4] if len(e) > 4 else remaining(e[3])) * scale for e in window]  # a given-up entry carries its estimate
         if not work or min(work) > spare:  # nothing fits (most iterations in overload)
