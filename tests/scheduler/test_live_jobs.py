@@ -32,10 +32,7 @@ def fresh_jobs(pol) -> list[tuple]:
 @pytest.mark.parametrize("seed", range(3))
 def test_kept_jobs_are_the_fresh_ones_and_none_is_hopeless(seed, rescue):
     rng = random.Random(seed)
-    kv = KVCacheManager(4000, page_size=16)
-    sched = make_scheduler(SchedulerConfig(policy="slo", t_target=0.02, deadline_min=0.05, rescue_stretch=rescue,
-                                           max_num_batched_tokens=256, chunk_granularity=16, min_chunk=16),
-                           kv, RuntimePredictor({"const": 1e-3, "tokens": 1e-4}))
+    sched = slo_scheduler(rescue_stretch=rescue)
     pol = sched.policy
     now, given_up, aside = 0.0, 0, 0
     for n in range(400):
