@@ -53,6 +53,7 @@ from medha_jax.scheduler.waiting_index import WaitingIndex
 _first, _second, _fourth = itemgetter(0), itemgetter(1), itemgetter(3)
 _class_deadline = itemgetter(0, 1)
 _class_deadline_tie = itemgetter(0, 1, 2)
+_deadline = itemgetter(1)
 
 
 class Policy:
@@ -404,9 +405,11 @@ class SLOPolicy(DeadlinePolicy):
         self._grown_by = 1.0 + self.REJOIN  # the factor the set-aside live jobs' estimates carry
         self._classed = 0  # live requests (of any state) with a priority class other than 0
         self._firsts: dict[Request, None] = {}  # with a first token (recompute after preemption)
-        self._hopeless: dict[Request, int] = {}  # no first token, cannot make its deadline any more -> its entry's seq
-        self._hopeless_order: list[tuple] = []  # (class, deadline, seq, request, remaining s), sorted; pruned lazily
-        self._stale = self._seq = 0
+        self._hopeless: dict[Request, tuple] = {}  # no first token, cannot make its deadline any more -> its entry
+        # every given-up request's entry (class, deadline, seq, request, remaining s), sorted; an entry leaves
+        # with its request (given up again after a preemption, it comes back with a new seq)
+        self._hopeless_order: list[tuple] = []
+        self._seq = 0
         self._round, self._iteration = max(1, round(1.0 / min_share)) if min_share > 0 else 0, 0
         self._ladder: list[tuple[float, object]] = []  # (stretch, prefill-time cache at it), ascending, up to the allowed
         self._caches: dict[float, object] = {}  # every stretch's prefill-time cache built so far
@@ -498,9 +501,10 @@ class SLOPolicy(DeadlinePolicy):
         super().on_leave_waiting(request)
         self._live.remove(request)
         self._firsts.pop(request, None)
-        if request in self._hopeless:
-            del self._hopeless[request]
-            self._stale += 1
+        entry = self._hopeless.pop(request, None)
+        if entry is not None:  # seqs are unique: no comparison reaches the request
+            order = self._hopeless_order
+            del order[bisect.bisect_left(order, entry)]
         if request in self._info and not request.output_token_ids:
             self._prefilling[request] = None
 
@@ -517,48 +521,50 @@ class SLOPolicy(DeadlinePolicy):
         for r in requests:
             self._live.remove(r)
             self._seq += 1
-            self._hopeless[r] = self._seq  # an older entry of r (given up before, then preempted) is stale
             i = self._info[r]  # its remaining estimate stays i[2] - i[4] while it waits (no output, nothing computed)
-            bisect.insort(self._hopeless_order, (r.priority_class, r.arrival_time + i[0], self._seq, r, i[2] - i[4]))
-        if self._stale > 32 and 2 * self._stale > len(self._hopeless_order):
-            self._hopeless_order = [e for e in self._hopeless_order if self._hopeless.get(e[3]) == e[2]]
-            self._stale = 0
+            entry = self._hopeless[r] = (r.priority_class, r.arrival_time + i[0], self._seq, r, i[2] - i[4])
+            bisect.insort(self._hopeless_order, entry)
 
-    def _given_up_in_order(self) -> Iterator[tuple]:
-        """The given-up requests' entries (class, deadline, seq >= 1, request, estimate) in order,
-        lazily; the stale entries ahead of the first live one (those run first, in this order) are
-        dropped for good, so later iterations do not walk them again."""
-        order, gone = self._hopeless_order, self._hopeless
-        k, n = 0, len(order)
-        while k < n and gone.get(order[k][3]) != order[k][2]:
-            k += 1
-        if k:
-            del order[:k]
-            self._stale = max(0, self._stale - k)
-        return (e for e in order if gone.get(e[3]) == e[2])
+    def _given_up_after(self, last: tuple | None) -> Iterator[tuple]:
+        """The given-up entries (class, deadline, seq >= 1, request, estimate) after `last` (None:
+        all), in order, lazily, each read from the order as it is when taken: the packer takes
+        requests out of it while it walks the candidates, and a list iterator would then skip one."""
+        order = self._hopeless_order
+        i = 0 if last is None else bisect.bisect_right(order, last)
+        while i < len(order):
+            last = order[i]
+            yield last
+            i = bisect.bisect_right(order, last)
 
     def _borrow_slack(self, admitted_jobs: list[tuple], sources: list, now: float):
         """(late requests to run before the admitted ones, the order of the rest): in the order of
-        `sources` merged (each sorted by (class, deadline, tie); `tie` differs between sources, so
-        only entries of one source can share a key, and they keep their order), those whose
+        `sources` and then the given-up entries merged (each sorted by (class, deadline, tie);
+        `tie` grows from source to source, so only entries of one source can share a key, and they
+        keep their order), those whose
         remaining work fits in the least slack of the admitted EDF schedule (`spare_time`, on the
         scan's server), so none of the admitted is made late; at most BORROW_SCAN entries are
         looked at, so overload stays O(requests in time). Every estimate is stretched by the
         device's recent slowdown (`on_iteration`): during a slow spell the admitted schedule has
         less slack than the estimates say. The BORROW_SCAN entries looked at are the first of each
-        source sorted together (C), not pulled one by one through a lazy merge."""
+        source sorted together (C), not pulled one by one through a lazy merge; the given-up ones
+        are a slice of their sorted list."""
         inflate = self.inflate * self._slowdown  # a device running slow leaves less slack than the estimates say
         spare = self.BORROW_FRACTION * spare_time(admitted_jobs, now, rate=self._share or 1.0, margin=self._margin,
                                                   inflate=inflate)
         if not spare > 0.0:
-            return [], heapq.merge(*sources)
+            return [], heapq.merge(*sources, self._given_up_after(None))
         scale = inflate / (self._share or 1.0)
         n = self.BORROW_SCAN
         sources = [iter(x) for x in sources]
         heads = []
         for x in sources:
             heads.extend(itertools.islice(x, n))
-        heads.sort(key=_class_deadline_tie)  # stable: entries of one source that share a key keep their order
+        given_up = self._hopeless_order[:n]
+        heads += given_up
+        sources.append(self._given_up_after(given_up[-1] if given_up else None))
+        # (class, deadline) alone orders them as (class, deadline, tie) does: the sort is stable, and
+        # the heads are in source order, so at an equal key the lower tie already comes first
+        heads.sort(key=_class_deadline if self._classed else _deadline)
         window, remaining = heads[:n], self.remaining
         work = [(e[4] if len(e) > 4 else remaining(e[3])) * scale for e in window]  # a given-up entry carries its estimate
         if not work or min(work) > spare:  # nothing fits (most iterations in overload)
@@ -721,19 +727,20 @@ class SLOPolicy(DeadlinePolicy):
         firsts = sorted(((r.arrival_time + info[r][0], r) for r in itertools.chain(self._firsts, recomputing)),
                         key=_first)
         # (class, deadline, tie, request[, estimate]) in deadline order, lazily (the packer takes a
-        # few); `tie` differs between the three sequences merged below, so no two entries compare
-        # their requests, and at equal deadlines the set-aside come first, then the dormant
+        # few); `tie` differs between these two and the given-up entries merged after them, so no
+        # two entries compare their requests, and at equal deadlines the set-aside come first, then
+        # the dormant, then the given-up
         aside = ((r.priority_class, r.arrival_time + info[r][0], -2, r) for r in aside
                  if r in waiting or r in partial_set)
         if self._classed:
             aside = sorted(aside, key=_class_deadline)  # stable: deadline order within a class
         dormant = ((0, d, -1, r) for d, _, r in live.dormant_in_order()) if live.num_dormant else ()
-        sources = [aside, dormant, self._given_up_in_order()]
+        sources = [aside, dormant]  # the given-up ones come after these (`_borrow_slack`)
         if admitted:
             admitted_set = set(admitted)
             early, later = self._borrow_slack([j for j in jobs if j[2] in admitted_set], sources, now)
         else:
-            early, later = [], heapq.merge(*sources)  # nothing to run before: merged, lazily
+            early, later = [], heapq.merge(*sources, self._given_up_after(None))  # nothing to run before: merged, lazily
         top = None
         if self._round and self._iteration % self._round == 0:  # the set-aside share
             top = next(later, None)

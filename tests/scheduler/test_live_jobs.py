@@ -195,3 +195,34 @@ def test_a_request_given_up_twice_is_a_candidate_once():
     pol.on_waiting(r)  # ... and preempted before computing anything
     order = list(pol.candidates([], 2.0))
     assert r in pol._hopeless and order.count(r) == 1 and order.count(other) == 1
+
+
+@pytest.mark.parametrize("with_admitted", [False, True])
+def test_the_given_up_order_survives_the_packer_taking_requests_out_while_walking_it(with_admitted):
+    """The candidate order reads the given-up entries lazily from their live list; the packer takes
+    each request it admits out of that list mid-walk (`on_leave_waiting`). No entry may be skipped
+    or repeated: the walk with removals yields what a walk without them does. More than
+    BORROW_SCAN given-up requests, so the walk goes past the slack borrowing's slice (with an
+    admitted request) or is the lazy merge alone (without)."""
+    def given_up_walk(remove: bool) -> list[str]:
+        sched = slo_scheduler()
+        pol = sched.policy
+        n = pol.BORROW_SCAN * 2 + 5
+        for i in range(n):  # deadlines out of arrival order, some equal
+            sched.add_request(Request(f"h{i}", [5] * (300 + 7 * i), SamplingParams(max_tokens=4), arrival_time=0.0,
+                                      ttft_deadline=0.01 + 1e-3 * ((i * 37) % (n // 2))))
+        if with_admitted:
+            sched.add_request(Request("ok", [5] * 16, SamplingParams(max_tokens=4), arrival_time=1.0,
+                                      ttft_deadline=0.6))
+        walked = []
+        for r in pol.candidates([], 1.0):
+            if r.request_id.startswith("h"):
+                walked.append(r.request_id)
+                if remove:
+                    pol.on_leave_waiting(r)  # admitted: out of the given-up list while the walk goes on
+        assert len(pol._hopeless_order) == (0 if remove else n)
+        return walked
+
+    kept = given_up_walk(remove=False)
+    assert len(kept) == len(set(kept)) == 2 * slo_scheduler().policy.BORROW_SCAN + 5
+    assert given_up_walk(remove=True) == kept
