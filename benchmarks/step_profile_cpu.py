@@ -3,6 +3,7 @@ op, each op charged to the source function that emitted it.
 
     python benchmarks/step_profile_cpu.py            # results/step_profile_cpu.{json,md}
     python benchmarks/step_profile_cpu.py --small    # seconds: a code-path check
+    python benchmarks/step_profile_cpu.py --set layer_unroll=8 --name step_profile_cpu_unroll8   # a setting changed
 
 Data flow:
   XLA_FLAGS += --xla_cpu_enable_xprof_traceme=true (XLA:CPU then emits a trace event per op)
@@ -149,12 +150,27 @@ def summarize(runs: list[dict], kinds: list[str], buckets: list, sources: dict) 
     return res
 
 
+def _parse_setting(kv: str) -> tuple[str, object]:
+    """'layer_unroll=8' -> ('layer_unroll', 8): ints and floats parsed, anything else a string."""
+    key, sep, value = kv.partition("=")
+    if not sep or not key:
+        raise SystemExit(f"--set wants KEY=VALUE, got {kv!r}")
+    for kind in (int, float):
+        try:
+            return key, kind(value)
+        except ValueError:
+            pass
+    return key, value
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--small", action="store_true", help="tiny model and job: a code-path check")
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/medha_step_profile"))
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--name", default=None)
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="an LLM setting over the defaults (int, float or string), e.g. layer_unroll=8; repeatable")
     args = ap.parse_args(argv)
     import jax
 
@@ -165,6 +181,7 @@ def main(argv=None) -> int:
     model_dir = write_model_dir(args.workdir, "tiny" if args.small else "llama-31m", cfg)
     settings = dict(load_format="dummy", dtype="float32", profile_dir=str(args.workdir / "profiles"),
                     compilation_cache_dir=str(args.workdir / "xla"))
+    settings.update(_parse_setting(kv) for kv in args.set)
     llm = LLM(model=str(model_dir), **settings)
     sp = SamplingParams(max_tokens=new, temperature=0.0, ignore_eos=True)
     job = lambda r: batch_prompts(prompts, prompt_len, cfg["vocab_size"], r)  # noqa: E731
@@ -197,7 +214,8 @@ def main(argv=None) -> int:
     lines = [f"# Where the CPU engine step's time goes ({time.strftime('%Y-%m-%d')})", "",
              f"{provenance(report)} Job: {prompts} prompts x {prompt_len} tokens + {new} new, greedy, "
              f"random Llama ({cfg['num_hidden_layers']} layers, hidden {cfg['hidden_size']}), float32, `LLM` "
-             f"defaults. One pass traced ({pass_s:.2f} s under the tracer); each op's self time charged to the "
+             f"defaults{''.join(f', {kv}' for kv in args.set)}. One pass traced ({pass_s:.2f} s under the "
+             "tracer); each op's self time charged to the "
              "source function its HLO metadata names (a fusion: its root op's), means per step. Times are "
              "thread time: XLA runs some fusions on both cores at once, so a step's charged time can pass its "
              "wall time; `?`: ops without source metadata.", ""]

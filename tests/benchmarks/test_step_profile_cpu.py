@@ -70,3 +70,11 @@ def test_op_sources_name_the_innermost_frame():
     assert src["ynn_fusion.3"] == ("/x/medha_jax/model/llama.py", "_layer", 110)
     assert src["transpose_copy_fusion"] == ("/x/pallas_kernels/reference.py", "_xla_decodes", 235)
     assert "param" not in src  # no metadata: left to the "?" row
+
+
+def test_set_parses_numbers_and_keeps_other_values_as_strings():
+    assert profile._parse_setting("layer_unroll=8") == ("layer_unroll", 8)
+    assert profile._parse_setting("gpu_memory_utilization=0.5") == ("gpu_memory_utilization", 0.5)
+    assert profile._parse_setting("scheduler=fcfs") == ("scheduler", "fcfs")
+    with pytest.raises(SystemExit, match="KEY=VALUE"):
+        profile._parse_setting("layer_unroll")
