@@ -504,7 +504,9 @@ class SLOPolicy(DeadlinePolicy):
         entry = self._hopeless.pop(request, None)
         if entry is not None:  # seqs are unique: no comparison reaches the request
             order = self._hopeless_order
-            del order[bisect.bisect_left(order, entry)]
+            i = bisect.bisect_left(order, entry)
+            assert order[i] is entry, "the given-up order lost an entry"
+            del order[i]
         if request in self._info and not request.output_token_ids:
             self._prefilling[request] = None
 
@@ -538,16 +540,15 @@ class SLOPolicy(DeadlinePolicy):
 
     def _borrow_slack(self, admitted_jobs: list[tuple], sources: list, now: float):
         """(late requests to run before the admitted ones, the order of the rest): in the order of
-        `sources` and then the given-up entries merged (each sorted by (class, deadline, tie);
-        `tie` grows from source to source, so only entries of one source can share a key, and they
-        keep their order), those whose
-        remaining work fits in the least slack of the admitted EDF schedule (`spare_time`, on the
-        scan's server), so none of the admitted is made late; at most BORROW_SCAN entries are
-        looked at, so overload stays O(requests in time). Every estimate is stretched by the
-        device's recent slowdown (`on_iteration`): during a slow spell the admitted schedule has
-        less slack than the estimates say. The BORROW_SCAN entries looked at are the first of each
-        source sorted together (C), not pulled one by one through a lazy merge; the given-up ones
-        are a slice of their sorted list."""
+        `sources` and then the given-up entries merged (each sorted by (class, deadline, tie); `tie`
+        grows from source to source, so only entries of one source can share a key, and they keep
+        their order), those whose remaining work fits in the least slack of the admitted EDF
+        schedule (`spare_time`, on the scan's server), so none of the admitted is made late; at
+        most BORROW_SCAN entries are looked at, so overload stays O(requests in time). Every
+        estimate is stretched by the device's recent slowdown (`on_iteration`): during a slow spell
+        the admitted schedule has less slack than the estimates say. The BORROW_SCAN entries looked
+        at are the first of each source sorted together (C), not pulled one by one through a lazy
+        merge; the given-up ones are a slice of their sorted list."""
         inflate = self.inflate * self._slowdown  # a device running slow leaves less slack than the estimates say
         spare = self.BORROW_FRACTION * spare_time(admitted_jobs, now, rate=self._share or 1.0, margin=self._margin,
                                                   inflate=inflate)
