@@ -12,6 +12,7 @@ from medha_jax.request import Request
 from medha_jax.sampling_params import SamplingParams
 from medha_jax.scheduler import SchedulerConfig, make_scheduler
 from medha_jax.scheduler.live_jobs import LiveJobs
+from medha_jax.scheduler.policies import SLOPolicy
 from medha_jax.scheduler.predictor import RuntimePredictor
 
 from tests.scheduler.factories import sample_all
@@ -204,10 +205,11 @@ def test_the_given_up_order_survives_the_packer_taking_requests_out_while_walkin
     or repeated: the walk with removals yields what a walk without them does. More than
     BORROW_SCAN given-up requests, so the walk goes past the slack borrowing's slice (with an
     admitted request) or is the lazy merge alone (without)."""
+    n = SLOPolicy.BORROW_SCAN * 2 + 5
+
     def given_up_walk(remove: bool) -> list[str]:
         sched = slo_scheduler()
         pol = sched.policy
-        n = pol.BORROW_SCAN * 2 + 5
         for i in range(n):  # deadlines out of arrival order, some equal
             sched.add_request(Request(f"h{i}", [5] * (300 + 7 * i), SamplingParams(max_tokens=4), arrival_time=0.0,
                                       ttft_deadline=0.01 + 1e-3 * ((i * 37) % (n // 2))))
@@ -224,5 +226,5 @@ def test_the_given_up_order_survives_the_packer_taking_requests_out_while_walkin
         return walked
 
     kept = given_up_walk(remove=False)
-    assert len(kept) == len(set(kept)) == 2 * slo_scheduler().policy.BORROW_SCAN + 5
+    assert len(kept) == len(set(kept)) == n
     assert given_up_walk(remove=True) == kept
