@@ -65,6 +65,13 @@ def sacrifice(jobs: Iterable[tuple], now: float, *, rate: float = 1.0, margin: f
             [order[k][2] for k in sorted(dropped)])
 
 
+def late_alone(deadline: float, duration: float, start: float) -> bool:
+    """Whether a job taking `duration` seconds (its work x the scan's scale) due at `deadline` is
+    late even alone from `start` by more than LATE_ALONE_TOL: `sacrifice` with one rank sets such a
+    job aside and nothing else for it, so a caller may set it aside without the scan (`_drop`)."""
+    return start + duration > deadline * (1.0 + LATE_ALONE_TOL) + LATE_ALONE_TOL
+
+
 def late_alone_scale(deadline: float, work: float, start: float) -> float:
     """The time scale (inflate / rate) above which `sacrifice` with one rank sets a job of `work`
     seconds due at `deadline` aside at once when the walk starts at `start`, or at any later start
@@ -98,7 +105,7 @@ def _drop(order: list[tuple], i: int, t: float, scale: float, start: float) -> s
             return dropped
         deadline, work = order[i][0], order[i][1]
         dur = work * scale
-        if start + dur > deadline * tol + LATE_ALONE_TOL:  # late even alone: it would be the one to go
+        if start + dur > deadline * tol + LATE_ALONE_TOL:  # late even alone (`late_alone`): it would be the one to go
             add(i)
             deadline = math.inf  # nothing was added: nothing to pop
             continue

@@ -45,7 +45,7 @@ from collections.abc import Hashable, Iterator
 from operator import itemgetter
 
 from medha_jax.request import Request
-from medha_jax.scheduler.feasibility import late_alone_scale, sacrifice, spare_time
+from medha_jax.scheduler.feasibility import late_alone, late_alone_scale, sacrifice, spare_time
 from medha_jax.scheduler.live_jobs import LiveJobs
 from medha_jax.scheduler.predictor import SPELL
 from medha_jax.scheduler.waiting_index import WaitingIndex
@@ -666,9 +666,10 @@ class SLOPolicy(DeadlinePolicy):
         a vain attempt to fit it. With one class and no rescue, a request the scan finds late even
         alone at this share by a clear margin turns dormant (`LiveJobs`): it stays set aside,
         out of the scans, until the share rises to its threshold (it only gets later while it
-        waits). In overload an iteration costs O(requests still in time and not dormant + running
-        prefills), not O(queue). A waiting request's remaining time is its static estimate; a
-        running prefill's is recomputed only when it made progress."""
+        waits); a running prefill late even alone is set aside without the scan (the scan would set
+        it aside and change nothing else for it). In overload an iteration costs O(requests still
+        in time and not dormant + running prefills), not O(queue). A waiting request's remaining
+        time is its static estimate; a running prefill's is recomputed only when it made progress."""
         info, live = self._info, self._live
         set_aside, grow = self.set_aside, 1.0 + self.REJOIN  # set aside last time: must fit with REJOIN more
         hopeless = []
@@ -696,6 +697,7 @@ class SLOPolicy(DeadlinePolicy):
             live.wake_all()
         jobs = live.jobs()  # set aside last time: with REJOIN more work (`_regrow`)
         prefilling = self._prefilling
+        late = []  # (deadline, request) of running prefills late even alone, with one rank: no scan needed
         for r, known in list(prefilling.items()):  # running prefills, in flight or not: they use the device too
             if r.output_token_ids:
                 del prefilling[r]
@@ -704,8 +706,16 @@ class SLOPolicy(DeadlinePolicy):
             if known is None or known[0] != done:  # its estimate moves only with its progress
                 known = prefilling[r] = (done, self.remaining(r))
             left = known[1]
-            jobs.append((r.arrival_time + info[r][0], left * grow if r in set_aside else left, r, r.priority_class))
+            d, work = r.arrival_time + info[r][0], left * grow if r in set_aside else left
+            if dormancy and late_alone(d, work * scale, start):
+                late.append((d, r))  # the scan would set it aside and change nothing else for it
+            else:
+                jobs.append((d, work, r, r.priority_class))
         admitted, aside = sacrifice(jobs, now, rate=rate, margin=self._margin, inflate=self.inflate)
+        if late:  # into the set-aside ones' deadline order (after the scan's at an equal deadline, as its sort would)
+            late.sort(key=_first)
+            aside = list(map(_second, heapq.merge(((r.arrival_time + info[r][0], r) for r in aside), late,
+                                                  key=_first)))
         was, self.rescue = self.rescue, 1.0
         if self._ladder and not self._hopeless:
             # a rescue that ran goes on only while not all fit with REJOIN more work
@@ -724,9 +734,9 @@ class SLOPolicy(DeadlinePolicy):
         waiting, partial_set = self._store(), set(partials)
         # With a first token: waiting after preemption, or already recomputing their context in
         # chunks (running partials that left the queue; no scan covers them either).
-        recomputing = (r for r in partials if r.output_token_ids)
+        recomputing = [r for r in partials if r.output_token_ids]
         firsts = sorted(((r.arrival_time + info[r][0], r) for r in itertools.chain(self._firsts, recomputing)),
-                        key=_first)
+                        key=_first) if self._firsts or recomputing else ()
         # (class, deadline, tie, request[, estimate]) in deadline order, lazily (the packer takes a
         # few); `tie` differs between these two and the given-up entries merged after them, so no
         # two entries compare their requests, and at equal deadlines the set-aside come first, then

@@ -228,3 +228,74 @@ def test_the_given_up_order_survives_the_packer_taking_requests_out_while_walkin
     kept = given_up_walk(remove=False)
     assert len(kept) == len(set(kept)) == n
     assert given_up_walk(remove=True) == kept
+
+
+def bursty_run(seed: int) -> list[list]:
+    """Every iteration's whole candidate order and batch (request, start, tokens) of slo under
+    random overload with running prefills falling late: bursts of chat with long answers, long
+    prompts with tight deadlines."""
+    rng = random.Random(seed)
+    sched = slo_scheduler(max_num_batched_tokens=512)
+    now, batches = 0.0, []
+    candidates = sched.policy.candidates
+
+    def listed(partials, now):  # the whole order, recorded (the packer reads the same list)
+        order = list(candidates(partials, now))
+        batches.append([r.request_id for r in order])
+        return iter(order)
+
+    sched.policy.candidates = listed
+    for n in range(500):
+        for k in range(rng.choice([0, 1, 2, 3])):
+            long = rng.random() < 0.4
+            length = rng.randint(300, 3000) if long else rng.randint(1, 60)
+            sched.add_request(Request(f"r{n}.{k}", [5] * length,
+                                      SamplingParams(max_tokens=rng.randint(1, 20) if long else rng.randint(20, 120)),
+                                      arrival_time=now, ttft_deadline=rng.choice([None, rng.uniform(0.03, 3.0)])))
+        batch = sched.schedule(now)
+        batches.append([(s.request.request_id, s.start_pos, s.num_tokens) for s in batch.seqs])
+        now += (batch.predicted_time or 0.01) * rng.uniform(0.8, 1.5)
+        sample_all(sched, batch, now)
+    return batches
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_running_prefills_late_alone_skip_the_scan_and_nothing_changes(seed, monkeypatch):
+    """A running prefill late even alone is set aside without the scan (one class, no rescue);
+    every candidate order and batch must be the ones slo makes when the scan sees it (and sets it
+    aside itself)."""
+    import medha_jax.scheduler.policies as policies
+    real, fired = policies.late_alone, []
+
+    def counted(*args):
+        out = real(*args)
+        fired.append(out)
+        return out
+
+    monkeypatch.setattr(policies, "late_alone", counted)
+    skipping = bursty_run(seed)
+    monkeypatch.setattr(policies, "late_alone", lambda *args: False)  # every running prefill into the scan
+    assert skipping == bursty_run(seed)
+    assert sum(fired) > 50  # the skip was taken often
+
+
+def test_running_prefills_late_alone_join_the_set_aside_order_by_deadline():
+    """b and c (running prefills, c admitted after b but due first) and a (waiting) are late even
+    alone at half the device; x, y and z (waiting) fit alone but not together, so the scan sets z
+    (the longest) aside. The set-aside run after x and y in deadline order: c, a, z, b."""
+    sched = slo_scheduler()
+    pol = sched.policy
+    reqs = {x: Request(x, [5] * n, SamplingParams(max_tokens=1), arrival_time=0.0, ttft_deadline=d)
+            for x, n, d in (("b", 3000, 0.6), ("c", 3000, 0.4), ("a", 3000, 0.5),
+                            ("x", 500, 0.45), ("y", 1200, 0.5), ("z", 1500, 0.55))}
+    for r in reqs.values():
+        sched.add_request(r)
+    running = [reqs["b"], reqs["c"]]
+    for r in running:  # admitted in this order, a chunk done
+        pol.on_leave_waiting(r)
+        r.num_computed_tokens = 16
+    # the device runs at half its predicted speed: x and y leave no slack to borrow (`_borrow_slack`
+    # would sort the set-aside requests it looks at), so the order is the sources' merged
+    pol.on_iteration(0.5, 0.02, slowdown=2.0)
+    assert [r.request_id for r in pol.candidates(running, 0.0)] == ["x", "y", "c", "a", "z", "b"]
+    assert pol.set_aside == {reqs[x] for x in "abcz"}
