@@ -712,7 +712,8 @@ class SLOPolicy(DeadlinePolicy):
             else:
                 jobs.append((d, work, r, r.priority_class))
         admitted, aside = sacrifice(jobs, now, rate=rate, margin=self._margin, inflate=self.inflate)
-        if late:  # into the set-aside ones' deadline order (after the scan's at an equal deadline, as its sort would)
+        if late:  # into the set-aside ones' deadline order; at an equal deadline after the scan's (whose own sort
+            # puts the waiting before the running prefills too)
             late.sort(key=_first)
             aside = list(map(_second, heapq.merge(((r.arrival_time + info[r][0], r) for r in aside), late,
                                                   key=_first)))
