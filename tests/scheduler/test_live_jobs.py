@@ -236,12 +236,12 @@ def bursty_run(seed: int) -> list[list]:
     prompts with tight deadlines."""
     rng = random.Random(seed)
     sched = slo_scheduler(max_num_batched_tokens=512)
-    now, batches = 0.0, []
+    now, seen = 0.0, []
     candidates = sched.policy.candidates
 
     def listed(partials, now):  # the whole order, recorded (the packer reads the same list)
         order = list(candidates(partials, now))
-        batches.append([r.request_id for r in order])
+        seen.append([r.request_id for r in order])
         return iter(order)
 
     sched.policy.candidates = listed
@@ -253,10 +253,10 @@ def bursty_run(seed: int) -> list[list]:
                                       SamplingParams(max_tokens=rng.randint(1, 20) if long else rng.randint(20, 120)),
                                       arrival_time=now, ttft_deadline=rng.choice([None, rng.uniform(0.03, 3.0)])))
         batch = sched.schedule(now)
-        batches.append([(s.request.request_id, s.start_pos, s.num_tokens) for s in batch.seqs])
+        seen.append([(s.request.request_id, s.start_pos, s.num_tokens) for s in batch.seqs])
         now += (batch.predicted_time or 0.01) * rng.uniform(0.8, 1.5)
         sample_all(sched, batch, now)
-    return batches
+    return seen
 
 
 @pytest.mark.parametrize("seed", range(3))
