@@ -1,7 +1,8 @@
 """Executor: StepInput -> padded device arrays -> one compiled pipeline tick -> sampled tokens.
 
-Owns the device state (params, the donated paged KV cache, the pipeline activations) and one
-ahead-of-time compiled executable per shape bucket. `warmup()` compiles every bucket (with a
+Owns the device state (params, the donated paged KV cache, the pipeline activations), one
+ahead-of-time compiled tick per shape bucket and one sampler per sequence count (a bucket's
+compile includes its sampler's when that is new). `warmup()` compiles every bucket (with a
 progress bar), or with `background=True` only the bucket every batch fits before returning and the
 rest in a background thread (`background_compile`): until a tick's own bucket is ready it runs
 padded in the cheapest compiled bucket that holds it (`runnable`). After warm-up a tick that
@@ -14,9 +15,10 @@ run padded in compiled buckets where one holds them.
 
     tick(step | None) -> (step leaving the last stage | None, its StepResult | None)
         pack the new step (a self-contained `StepInput` snapshot) at its own bucket -> PipelineSlots.plan (rows stacked per stage)
-        -> [multi-host leader: broadcast the tick's arrays] -> compiled step
+        -> [multi-host leader: broadcast the tick's arrays] -> compiled tick
            (model.pipeline_step.make_step: every stage runs its microbatch, activations move one
-           stage on, the last stage's microbatch is sampled)
+           stage on) -> logits -> compiled sampler (make_sampler: the last stage's microbatch is
+           sampled)
     execute(step) -> StepResult: one step through the whole pipeline (idle pipeline only);
         with spp == 1 a tick is exactly one execute, and tick() calls execute().
     launch(step) -> Launched (spp == 1): the step started, not waited for; `result()` waits. A
@@ -49,7 +51,7 @@ from medha_jax.executor.pipeline_slots import Microbatch, PipelineSlots, TickPla
 from medha_jax.executor.sampler import SamplingArrays, sample
 from medha_jax.model import sharding
 from medha_jax.model.inputs import ModelInputs, place
-from medha_jax.model.pipeline_step import init_acts, make_step
+from medha_jax.model.pipeline_step import LOGITS_SPEC, init_acts, make_sampler, make_step
 from medha_jax.model.sharded_forward import init_kv_cache
 from medha_jax.step_input import StepInput
 
@@ -126,7 +128,8 @@ class Executor:
         self.acts = init_acts(cfg, mesh, ladders.tokens[-1], self._acts_dtype)
         self.pipe = PipelineSlots(self.depth, self.kvp)
         self.max_seqs = ladders.seqs[-1]
-        self._jitted = jax.jit(make_step(cfg, mesh, attention_fn, sample, self.max_seqs, layer_unroll), donate_argnums=(1, 2, 3))
+        self._step = jax.jit(make_step(cfg, mesh, attention_fn, layer_unroll), donate_argnums=(1, 2, 3))
+        self._sample = jax.jit(make_sampler(mesh, sample, self.max_seqs))
         specs = sharding.input_specs(stacked=True)
         self._shardings = {f: NamedSharding(mesh, getattr(specs, f)) for f in MODEL_FIELDS}
         self._shardings.update({f: NamedSharding(mesh, sharding.SAMPLING_SPEC) for f in (*SAMPLING_FIELDS, "feed_index")})
@@ -135,6 +138,7 @@ class Executor:
         self.timeline: DeviceTimeline | None = None  # set to record when each tick ran (benchmarks)
         self._multiprocess = jax.process_count() > 1
         self._compiled: dict[Bucket, object] = {}  # written by the engine thread and the background compiler
+        self._samplers: dict[int, object] = {}  # per sequence count (a bucket's seqs); the same writers
         self.background: BackgroundCompiler | None = None
         self.warmed_up = False
         self.compiles_after_warmup = 0
@@ -144,8 +148,7 @@ class Executor:
 
     # ---- compilation -------------------------------------------------------------------
     def _abstract_args(self, b: Bucket):
-        i32, f32 = jnp.int32, jnp.float32
-        sd = jax.ShapeDtypeStruct
+        i32, sd = jnp.int32, jax.ShapeDtypeStruct
         n, g = self.depth, self.kvp
         T, S = b.tokens, b.seqs
         inp = ModelInputs(
@@ -154,19 +157,26 @@ class Executor:
             q_offsets=sd((n, g, g, S), i32), kv_lens=sd((n, g, g, S), i32),
             page_table=sd((n, g, g, S, b.pages), i32), logits_indices=sd((n, g, S), i32),
         )
+        return self.params, self.kv_k, self.kv_v, self.acts, inp, sd((g, T), i32), self._prev_tokens
+
+    def _abstract_sample_args(self, S: int):
+        f32, i32, sd = jnp.float32, jnp.int32, jax.ShapeDtypeStruct
+        g = self.kvp
+        logits = sd((self.depth, g, S, self.cfg.vocab_size), f32, sharding=NamedSharding(self.mesh, LOGITS_SPEC))
         samp = SamplingArrays(sd((g, S), f32), sd((g, S), i32), sd((g, S), f32),
                               sd((g, S), jnp.uint32), sd((g, S), i32), sd((g, S), i32))
-        return (self.params, self.kv_k, self.kv_v, self.acts, inp, samp, sd((g, T), i32), self._prev_tokens,
-                sd((g * S,), i32))
+        return logits, samp, sd((g * S,), i32)
 
     def compile_bucket(self, b: Bucket):
-        """The executable for bucket b, compiled now unless it already is. Raises
-        MappingLimitError (nothing compiled) when one more would pass the process's limit on
-        memory mappings (`map_budget`)."""
+        """The tick's executable for bucket b and the sampler's for its sequence count, compiled
+        now unless they already are; returns the tick's. Raises MappingLimitError (nothing
+        compiled) when one more would pass the process's limit on memory mappings (`map_budget`)."""
         exe = self._compiled.get(b)
         if exe is None:
             before = self.maps.check(1)
-            exe = self._jitted.lower(*self._abstract_args(b)).compile()
+            if b.seqs not in self._samplers:
+                self._samplers[b.seqs] = self._sample.lower(*self._abstract_sample_args(b.seqs)).compile()
+            exe = self._step.lower(*self._abstract_args(b)).compile()
             self.maps.record(before)
             self._compiled[b] = exe
         return exe
@@ -356,14 +366,15 @@ class Executor:
         """Start one compiled tick on a `TickPlan.arrays` dict; the only place the step runs.
         Returns its (tokens i32[kvp*max_seqs], logprobs f32[kvp*S], top ids i32[kvp*S, K], top
         logprobs f32[kvp*S, K]) on the device in the step's row order, not waited for."""
-        exe = self._compile(bucket_of(arrays))
+        b = bucket_of(arrays)
+        exe = self._compile(b)
         put = self._global if self._multiprocess else (lambda a, f: a)
         inp = ModelInputs(**{f: put(arrays[f], f) for f in MODEL_FIELDS})
         samp = SamplingArrays(*(put(arrays[f], f) for f in SAMPLING_FIELDS))
         t0 = time.perf_counter()
-        tokens, logprobs, top_ids, top_lps, self.kv_k, self.kv_v, self.acts = exe(self.params, self.kv_k, self.kv_v, self.acts,
-                                                                inp, samp, put(arrays["feed_index"], "feed_index"),
-                                                                self._prev_tokens, put(arrays["out_rows"], "out_rows"))
+        logits, self.kv_k, self.kv_v, self.acts = exe(self.params, self.kv_k, self.kv_v, self.acts, inp,
+                                                      put(arrays["feed_index"], "feed_index"), self._prev_tokens)
+        tokens, logprobs, top_ids, top_lps = self._samplers[b.seqs](logits, samp, put(arrays["out_rows"], "out_rows"))
         self._prev_tokens = tokens
         if self.timeline is not None:
             self.timeline.launched(t0, tokens)

@@ -10,9 +10,10 @@
       compiled bucket that holds b (and so from the first refusal on)
 
 Why: XLA:CPU maps each JIT-compiled kernel's code, constants and data as pages of their own, about
-430 mappings per compiled engine step of the demo model (jaxlib 0.11.2, 2026-11-28; ~330 when
-issue #16 was filed; `benchmarks/mappings_per_bucket.py`), so the usual default of 65,530 holds
-~145 compiled buckets per process, counted over every engine in it. Past the limit LLVM cannot map memory (`LLVM compilation error: Cannot allocate
+294 mappings per compiled tick of the demo model, plus ~130 once per sequence count for its
+sampler (jaxlib 0.11.2, 2026-11-28; 426 a bucket while the sampler was compiled into every tick;
+`benchmarks/mappings_per_bucket.py`), so the usual default of 65,530 holds ~210 compiled buckets
+per process, counted over every engine in it (the samplers are few and fit in RESERVE). Past the limit LLVM cannot map memory (`LLVM compilation error: Cannot allocate
 memory`) and the process dies with SIGSEGV, taking every request in it along: two engines of 92
 buckets each in one process did (benchmarks/host_overlap.py). With the guard the compile that
 would not fit raises instead; the background compiler stops there and the engine serves on the

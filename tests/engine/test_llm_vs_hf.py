@@ -67,7 +67,7 @@ def test_unrolled_layer_loop_gives_transformers_tokens():
     for unroll in (1, 2):  # tiny-llama3 has 2 layers
         llm = _llm(str(DATA / "tiny-llama3"), 1, layer_unroll=unroll)
         ex = llm.engine.executor
-        text = ex._jitted.lower(*ex._abstract_args(ex.ladders.pick(1, 1, 1))).as_text()
+        text = ex._step.lower(*ex._abstract_args(ex.ladders.pick(1, 1, 1))).as_text()
         kv = "tensor<" + "x".join(map(str, ex.kv_k.shape)) + "x"  # the whole stacked cache
         layer_loops[unroll] = sum(kv in line for line in text.splitlines() if "stablehlo.while" in line)
     assert layer_loops == {1: 1, 2: 0}

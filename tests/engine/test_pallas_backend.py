@@ -74,7 +74,7 @@ def test_work_lists_are_built_once_a_step_not_once_a_layer():
     llm = LLM(model=MODEL, attention_backend="pallas", scheduler="fcfs", max_model_len=1024, num_pages=64,
               page_size=16, max_num_batched_tokens=64, max_num_seqs=4, warmup=False)
     ex = llm.engine.executor
-    step = jax.make_jaxpr(ex._jitted)(*ex._abstract_args(ex.ladders.pick(1, 1, 1))).jaxpr
+    step = jax.make_jaxpr(ex._step)(*ex._abstract_args(ex.ladders.pick(1, 1, 1))).jaxpr
     everything = _primitives(step)
     layer_scans = []
 

@@ -20,7 +20,7 @@ def test_compiled_tick_copies_neither_cache_nor_activations():
     ex = Executor(DEMO_CONFIG, params, mesh, total_pages=2 * PAGES, page_size=16, kv_dtype=jnp.float32,
                   ladders=ladders, attention_fn=paged_attention_xla, group_tokens=128)
     assert ex.acts.shape == (2, 2, T_MAX, DEMO_CONFIG.hidden_size)  # [spp, kvp, T, D]
-    hlo = ex._jitted.lower(*ex._abstract_args(Bucket(32, 4, 8))).compile().as_text()
+    hlo = ex._step.lower(*ex._abstract_args(Bucket(32, 4, 8))).compile().as_text()
     lines = hlo.splitlines()
     assert any(f",{PAGES}," in ln for ln in lines) and any(f"[1,1,{T_MAX}," in ln for ln in lines)  # the patterns bite
     copies = [ln.strip()[:160] for ln in lines
