@@ -3,7 +3,6 @@ the XLA backend and as Hugging Face, on prompts spanning many pages and in hybri
 where decodes of finished prompts share batches with prefill chunks of others, and on two kvp
 groups running their own batches."""
 
-import collections
 import json
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import jax
 import pytest
 
 from medha_jax import LLM, SamplingParams
+from tests.jaxpr_walk import primitives, sub_jaxprs
 
 GOLDEN = json.loads((Path(__file__).resolve().parent.parent / "data" / "tiny-llama3" / "golden.json").read_text())
 MODEL = str(Path(__file__).resolve().parent.parent / "data" / "tiny-llama3")
@@ -48,25 +48,6 @@ def test_pallas_backend_on_kvp_groups_matches_transformers():
     assert [o.token_ids for o in llm.generate([p["token_ids"] for p in cases], sp)] == [p["greedy"] for p in cases]
 
 
-def _sub_jaxprs(eqn):
-    """The jaxprs nested in an equation's parameters (a scan's body, a pjit's callee, ...)."""
-    for value in eqn.params.values():
-        for sub in value if isinstance(value, (tuple, list)) else (value,):
-            sub = getattr(sub, "jaxpr", sub)  # a ClosedJaxpr holds its Jaxpr
-            if hasattr(sub, "eqns"):
-                yield sub
-
-
-def _primitives(jaxpr) -> collections.Counter:
-    """Primitive names in a jaxpr and every jaxpr nested in its equations' parameters."""
-    names = collections.Counter()
-    for eqn in jaxpr.eqns:
-        names[eqn.primitive.name] += 1
-        for sub in _sub_jaxprs(eqn):
-            names.update(_primitives(sub))
-    return names
-
-
 def test_work_lists_are_built_once_a_step_not_once_a_layer():
     """The Pallas kernels' work lists (a sort, a cumsum) come from the step's metadata alone, so the
     engine step builds them before its layer loop (`llama.attention_plans`): the scan over the
@@ -75,14 +56,14 @@ def test_work_lists_are_built_once_a_step_not_once_a_layer():
               page_size=16, max_num_batched_tokens=64, max_num_seqs=4, warmup=False)
     ex = llm.engine.executor
     step = jax.make_jaxpr(ex._step)(*ex._abstract_args(ex.ladders.pick(1, 1, 1))).jaxpr
-    everything = _primitives(step)
+    everything = primitives(step)
     layer_scans = []
 
     def find(jaxpr):
         for eqn in jaxpr.eqns:
-            for sub in _sub_jaxprs(eqn):
-                if eqn.primitive.name == "scan" and _primitives(sub)["pallas_call"]:
-                    layer_scans.append(_primitives(sub))
+            for sub in sub_jaxprs(eqn):
+                if eqn.primitive.name == "scan" and primitives(sub)["pallas_call"]:
+                    layer_scans.append(primitives(sub))
                 else:
                     find(sub)
 
