@@ -51,7 +51,7 @@ from medha_jax.executor.pipeline_slots import Microbatch, PipelineSlots, TickPla
 from medha_jax.executor.sampler import SamplingArrays, sample
 from medha_jax.model import sharding
 from medha_jax.model.inputs import ModelInputs, place
-from medha_jax.model.pipeline_step import LOGITS_SPEC, init_acts, make_sampler, make_step
+from medha_jax.model.pipeline_step import init_acts, make_sampler, make_step
 from medha_jax.model.sharded_forward import init_kv_cache
 from medha_jax.step_input import StepInput
 
@@ -162,7 +162,7 @@ class Executor:
     def _abstract_sample_args(self, S: int):
         f32, i32, sd = jnp.float32, jnp.int32, jax.ShapeDtypeStruct
         g = self.kvp
-        logits = sd((self.depth, g, S, self.cfg.vocab_size), f32, sharding=NamedSharding(self.mesh, LOGITS_SPEC))
+        logits = sd((self.depth, g, S, self.cfg.vocab_size), f32, sharding=NamedSharding(self.mesh, sharding.LOGITS_SPEC))
         samp = SamplingArrays(sd((g, S), f32), sd((g, S), i32), sd((g, S), f32),
                               sd((g, S), jnp.uint32), sd((g, S), i32), sd((g, S), i32))
         return logits, samp, sd((g * S,), i32)

@@ -39,8 +39,6 @@ from medha_jax.model.config import LlamaConfig
 from medha_jax.model.inputs import ModelInputs
 from medha_jax.model.llama import AttentionFn, embed, final_logits, local_inputs, next_stage, run_layers
 
-LOGITS_SPEC = P("spp", "kvp")  # the tick's logits [spp, kvp, S, V]: each stage's, each group's
-
 
 def _tick(params, kv_k, kv_v, acts, inp: ModelInputs, feed_index, prev_tokens, *, cfg: LlamaConfig,
           attention_fn: AttentionFn, layer_unroll: int):
@@ -102,7 +100,7 @@ def make_step(cfg: LlamaConfig, mesh: Mesh, attention_fn: AttentionFn, layer_unr
         mapped = jax.shard_map(
             lambda p, k, v, i, f, t: per_device(p, k, v, None, i, f, t)[:3], **common,
             in_specs=(sharding.param_specs(cfg), kv, kv, inputs, grouped, P()),
-            out_specs=(LOGITS_SPEC, kv, kv))
+            out_specs=(sharding.LOGITS_SPEC, kv, kv))
 
         def step(params, kv_k, kv_v, acts, inp, feed_index, prev_tokens):
             return (*mapped(params, kv_k, kv_v, inp, feed_index, prev_tokens), None)
@@ -111,7 +109,7 @@ def make_step(cfg: LlamaConfig, mesh: Mesh, attention_fn: AttentionFn, layer_unr
     return jax.shard_map(
         per_device, **common,
         in_specs=(sharding.param_specs(cfg), kv, kv, sharding.ACTS_SPEC, inputs, grouped, P()),
-        out_specs=(LOGITS_SPEC, kv, kv, sharding.ACTS_SPEC))
+        out_specs=(sharding.LOGITS_SPEC, kv, kv, sharding.ACTS_SPEC))
 
 
 def make_sampler(mesh: Mesh, sample_fn, max_seqs: int):
@@ -129,7 +127,7 @@ def make_sampler(mesh: Mesh, sample_fn, max_seqs: int):
     """
     per_device = functools.partial(_sample_rows, sample_fn=sample_fn, max_seqs=max_seqs)
     return jax.shard_map(per_device, mesh=mesh, check_vma=False,
-                         in_specs=(LOGITS_SPEC, sharding.SAMPLING_SPEC, P()), out_specs=(P(), P(), P(), P()))
+                         in_specs=(sharding.LOGITS_SPEC, sharding.SAMPLING_SPEC, P()), out_specs=(P(), P(), P(), P()))
 
 
 def acts_sharding(mesh: Mesh) -> NamedSharding:

@@ -101,6 +101,7 @@ def spec(axes: tuple[str, ...]) -> P:
 KV_CACHE_SPEC = spec(KV_CACHE_AXES)  # P("spp", "kvp", None, "tp", None)
 ACTS_SPEC = spec(ACTS_AXES)  # P("spp", "kvp", None, None)
 SAMPLING_SPEC = spec(SAMPLING_AXES)  # P("kvp", None)
+LOGITS_SPEC = spec(("stage", "groups"))  # P("spp", "kvp"): the tick's logits [spp, kvp, S, V], replicated over tp
 
 
 def input_specs(stacked: bool):
