@@ -25,7 +25,10 @@
 # only --xla_gpu_enable_dynamic_slice_fusion changed nothing: the dots were Triton gemm fusions.
 # Since then (CPU-tested, not yet timed on a GPU): the kernels' work lists are built once a step
 # instead of in every layer, and the decode kernel's static splits shrink as the bucket's
-# sequences fill the GPU (32 x 1,024 had 16 splits: ~34 MB of partials a layer to merge).
+# sequences fill the GPU (32 x 1,024 had 16 splits: ~34 MB of partials a layer to merge). And since
+# stop 53 a tick is two programs (the step up to the logits, then the sampler, compiled once per
+# sequence count): the profile stages' per-tick kernels include the sampler's, and the logits'
+# round trip through HBM (S x V x 4 bytes) shows there as a copy if XLA makes one.
 # Next lease (15 min, ~40 s of it the start), in one call of ~570 s:
 #   ENV_S=20 HOST_S=60 PROFILE_S=110 PROFILE_CUBLAS_S=110 PROFILE_UNROLLED_S=270 bash benchmarks/gpu_session.sh \
 #       env host profile profile-cublas profile-unrolled
