@@ -26,6 +26,9 @@ from medha_jax.model.config import LlamaConfig
 
 META_FILE = "medha_config.json"
 PARAMS_DIR = "params"
+WEIGHT_LAYOUT = "out_in"
+"""How linear weights are stored (`sharding.PARAM_AXES`: output features first); checkpoints
+saved before it was recorded held them [in, out] and are refused on restore."""
 
 
 def save_params(path: str | Path, cfg: LlamaConfig, params, mesh: Mesh) -> None:
@@ -39,7 +42,7 @@ def save_params(path: str | Path, cfg: LlamaConfig, params, mesh: Mesh) -> None:
         ckpt.wait_until_finished()
     if jax.process_index() == 0:
         meta = {"config": dataclasses.asdict(cfg), "kv_heads": lay.kv_heads,
-                "vocab_padded": lay.vocab_padded}
+                "vocab_padded": lay.vocab_padded, "weight_layout": WEIGHT_LAYOUT}
         (path / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
 
 
@@ -60,6 +63,11 @@ def restore_params(path: str | Path, mesh: Mesh, dtype=None):
     path = Path(path).absolute()
     cfg, meta = load_saved_config(path)
     lay = sharding.layout(cfg, mesh)
+    if meta.get("weight_layout") != WEIGHT_LAYOUT:
+        raise ValueError(
+            f"checkpoint {str(path)!r} was saved by an earlier medha-jax, with linear weights stored "
+            f"[in, out]; this release stores them [out, in] ({WEIGHT_LAYOUT!r}): convert it again from "
+            "the HF checkpoint (`convert_hf_to_orbax`)")
     if (lay.kv_heads, lay.vocab_padded) != (meta["kv_heads"], meta["vocab_padded"]):
         raise ValueError(
             f"checkpoint {str(path)!r} was saved with {meta['kv_heads']} kv heads and vocab padded "

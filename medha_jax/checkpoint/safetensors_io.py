@@ -151,24 +151,23 @@ def _reader(index: TensorIndex, cfg: LlamaConfig, lay: sharding.Layout, key: str
         name = _layer_name(i, suffix)
         if key in ("attn_norm", "mlp_norm"):
             return index.read(name, idx[0])
-        if key == "wq":  # HF [H*Dh, D] -> [D, H, Dh]
-            ds, (h0, h1) = idx[0], _bounds(idx[1], cfg.num_heads)
+        # HF stores every linear weight [out, in], as we do (`sharding.PARAM_AXES`): only the
+        # head split and the kv-head copies change the shape
+        if key == "wq":  # HF [H*Dh, D] -> [H, Dh, D]
+            (h0, h1), ds = _bounds(idx[0], cfg.num_heads), idx[2]
             w = index.read(name, slice(h0 * Dh, h1 * Dh), ds)  # w: [nh*Dh, nd]
-            return w.reshape(h1 - h0, Dh, -1).transpose(2, 0, 1)[:, :, idx[2]]
-        if key in ("wk", "wv"):  # HF [KVH*Dh, D] -> [D, KVHr, Dh]; copy g reads head g // r
-            ds, (g0, g1) = idx[0], _bounds(idx[1], lay.kv_heads)
+            return w.reshape(h1 - h0, Dh, -1)[:, idx[1], :]
+        if key in ("wk", "wv"):  # HF [KVH*Dh, D] -> [KVHr, Dh, D]; copy g reads head g // r
+            (g0, g1), ds = _bounds(idx[0], lay.kv_heads), idx[2]
             s0, s1 = g0 // r, (g1 - 1) // r + 1
             w = index.read(name, slice(s0 * Dh, s1 * Dh), ds).reshape(s1 - s0, Dh, -1)
-            w = w[np.arange(g0, g1) // r - s0]  # w: [n_copies, Dh, nd]
-            return w.transpose(2, 0, 1)[:, :, idx[2]]
-        if key == "wo":  # HF [D, H*Dh] -> [H, Dh, D]
-            (h0, h1), ds = _bounds(idx[0], cfg.num_heads), idx[2]
+            return w[np.arange(g0, g1) // r - s0][:, idx[1], :]  # [n_copies, Dh, nd]
+        if key == "wo":  # HF [D, H*Dh] -> [D, H, Dh]
+            ds, (h0, h1) = idx[0], _bounds(idx[1], cfg.num_heads)
             w = index.read(name, ds, slice(h0 * Dh, h1 * Dh))  # w: [nd, nh*Dh]
-            return w.reshape(w.shape[0], h1 - h0, Dh).transpose(1, 2, 0)[:, idx[1], :]
-        if key in ("w_gate", "w_up"):  # HF [F, D] -> [D, F]
-            return index.read(name, idx[1], idx[0]).T
-        if key == "w_down":  # HF [D, F] -> [F, D]
-            return index.read(name, idx[1], idx[0]).T
+            return w.reshape(w.shape[0], h1 - h0, Dh)[:, :, idx[2]]
+        if key in ("w_gate", "w_up", "w_down"):  # HF [F, D] / [D, F]: ours as they are
+            return index.read(name, idx[0], idx[1])
         raise KeyError(key)
 
     def read_layers(idx):

@@ -39,21 +39,23 @@ def init_params(cfg: LlamaConfig, mesh: Mesh, seed: int = 0, dtype=jnp.float32, 
         def pad_vocab(w):  # [V, D] -> [Vp, D]
             return jnp.pad(w, ((0, lay.vocab_padded - V), (0, 0)))
 
-        def kv(name):  # [L, D, KVH, Dh] -> [L, D, KVHr, Dh]: each head copied kv_repeat times
-            return jnp.repeat(normal(name, (L, D, KVH, Dh), D), lay.kv_repeat, axis=2)
+        def kv(name):  # drawn [L, D, KVH, Dh] -> [L, KVHr, Dh, D]: each head copied kv_repeat times
+            return jnp.repeat(normal(name, (L, D, KVH, Dh), D).transpose(0, 2, 3, 1), lay.kv_repeat, axis=1)
 
+        # every weight is drawn in its [in, out] shape and stored [out, in] (`sharding.PARAM_AXES`):
+        # the values of a seed stay what they were before the layout changed
         params = {
             "embed": pad_vocab(normal("embed", (V, D), 64)),
             "layers": {
                 "attn_norm": jnp.ones((L, D), dtype),
-                "wq": normal("wq", (L, D, H, Dh), D),
+                "wq": normal("wq", (L, D, H, Dh), D).transpose(0, 2, 3, 1),  # [L, H, Dh, D]
                 "wk": kv("wk"),
                 "wv": kv("wv"),
-                "wo": normal("wo", (L, H, Dh, D), H * Dh),
+                "wo": normal("wo", (L, H, Dh, D), H * Dh).transpose(0, 3, 1, 2),  # [L, D, H, Dh]
                 "mlp_norm": jnp.ones((L, D), dtype),
-                "w_gate": normal("w_gate", (L, D, F), D),
-                "w_up": normal("w_up", (L, D, F), D),
-                "w_down": normal("w_down", (L, F, D), F),
+                "w_gate": normal("w_gate", (L, D, F), D).transpose(0, 2, 1),  # [L, F, D]
+                "w_up": normal("w_up", (L, D, F), D).transpose(0, 2, 1),
+                "w_down": normal("w_down", (L, F, D), F).transpose(0, 2, 1),  # [L, D, F]
             },
             "final_norm": jnp.ones((D,), dtype),
         }

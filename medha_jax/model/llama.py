@@ -7,8 +7,10 @@ Each kvp group runs its own batch of T tokens (`model.inputs`); x is that group'
 
     token_ids -> vocab-parallel embedding lookup, psum(tp)            x: [T, D]
     batch metadata -> the attention backend's plan (pallas: the kernels' work lists), once a step
-    per local layer (lax.scan over the [L/spp, ...] stack):
-        RMSNorm -> q [T, H/tp, Dh], k/v [T, K, Dh] -> RoPE(q, k) (fp8 cache: q, k @ key_rotation)
+    per local layer (lax.scan over the [L/spp, ...] stack, x feature-major [D, T] inside, weights
+    stored [out, in]: every projection is W @ y, see `_layer`):
+        RMSNorm -> q [H/tp, Dh, T], k/v [K, Dh, T] -> RoPE(q, k) -> token-major q [T, H/tp, Dh],
+        k/v [T, K, Dh] (fp8 cache: q, k @ key_rotation)
         kvp == 1: write k/v at slot_mapping into this layer's pages (slot -1 dropped)
                   -> attention_fn over the pages -> o [T, H/tp, Dh]
         kvp > 1:  all_gather(kvp) q/k/v -> [kvp, T, ...] every group's tokens
@@ -17,7 +19,7 @@ Each kvp group runs its own batch of T tokens (`model.inputs`); x is that group'
                      -> (o, lse) [kvp, T, ...] -> all_to_all(kvp): each group gets its own
                      tokens' partials from every group -> log-sum-exp merge -> o [T, H/tp, Dh]
         -> wo, psum(tp) -> residual
-        -> RMSNorm -> SwiGLU gate/up [T, F/tp] -> down, psum(tp) -> residual
+        -> RMSNorm -> SwiGLU gate/up [F/tp, T] -> down, psum(tp) -> residual
     rows logits_indices -> final RMSNorm -> lm_head [S, V/tp] -> all_gather(tp) -> [S, V] f32
         (this group's rows)
 
@@ -42,7 +44,7 @@ from jax import lax
 from medha_jax.model import kv_cache
 from medha_jax.model.config import LlamaConfig
 from medha_jax.model.inputs import ModelInputs
-from medha_jax.model.rope import apply_rope, inv_freq
+from medha_jax.model.rope import apply_rope_feature_major, inv_freq
 from pallas_kernels.merge import merge_attention
 
 AttentionFn = Callable[..., tuple[jnp.ndarray, jnp.ndarray]]
@@ -53,6 +55,13 @@ def rms_norm(x: jnp.ndarray, w: jnp.ndarray, eps: float) -> jnp.ndarray:
     xf = x.astype(jnp.float32)
     xf = xf * lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + eps)
     return w * xf.astype(x.dtype)
+
+
+def rms_norm_columns(x: jnp.ndarray, w: jnp.ndarray, eps: float) -> jnp.ndarray:
+    """`rms_norm` of feature-major x: [D, T] (one token per column), w: [D]."""
+    xf = x.astype(jnp.float32)
+    xf = xf * lax.rsqrt(jnp.mean(xf * xf, axis=0, keepdims=True) + eps)
+    return w[:, None] * xf.astype(x.dtype)
 
 
 def psum_tp(x: jnp.ndarray) -> jnp.ndarray:
@@ -141,24 +150,28 @@ def _attend(attention_fn: AttentionFn, q, k, v, kv_k, kv_v, layer, inp: ModelInp
 
 
 def _layer(cfg: LlamaConfig, freq, inp: ModelInputs, attention_fn: AttentionFn, cus, plans, carry, xs):
-    x, kv_k, kv_v = carry  # x: [T, D]; kv_k, kv_v: [Ll, N, page, K, Dh]
+    """One decoder layer on feature-major activations: x: [D, T] (a token per column) and weights
+    stored [out, in], so every projection is W @ y, the form XLA:CPU runs fastest at decode batch
+    sizes (`sharding.PARAM_AXES`); attention gets its q/k/v token-major."""
+    x, kv_k, kv_v = carry  # x: [D, T]; kv_k, kv_v: [Ll, N, page, K, Dh]
     lp, layer = xs  # lp: this layer's weights (leading layer axis removed)
-    y = rms_norm(x, lp["attn_norm"], cfg.rms_norm_eps)
-    q = jnp.einsum("td,dhk->thk", y, lp["wq"])  # q: [T, H/tp, Dh]
-    k = jnp.einsum("td,dhk->thk", y, lp["wk"])  # k: [T, K, Dh]
-    v = jnp.einsum("td,dhk->thk", y, lp["wv"])  # v: [T, K, Dh]
-    q = apply_rope(q, inp.positions, freq)
-    k = apply_rope(k, inp.positions, freq)
+    y = rms_norm_columns(x, lp["attn_norm"], cfg.rms_norm_eps)  # y: [D, T]
+    q = jnp.einsum("hkd,dt->hkt", lp["wq"], y)  # q: [H/tp, Dh, T]
+    k = jnp.einsum("hkd,dt->hkt", lp["wk"], y)  # k: [K, Dh, T]
+    v = jnp.einsum("hkd,dt->hkt", lp["wv"], y)  # v: [K, Dh, T]
+    q = apply_rope_feature_major(q, inp.positions, freq).transpose(2, 0, 1)  # q: [T, H/tp, Dh]
+    k = apply_rope_feature_major(k, inp.positions, freq).transpose(2, 0, 1)  # k: [T, K, Dh]
+    v = v.transpose(2, 0, 1)  # v: [T, K, Dh]
     if isinstance(kv_k, kv_cache.QuantizedPages):  # fp8 keys are stored rotated (`kv_cache`)
         q, k = kv_cache.rotate_for_fp8(q), kv_cache.rotate_for_fp8(k)
     attn, kv_k, kv_v = _attend(attention_fn, q, k, v, kv_k, kv_v, layer, inp, cfg.head_dim ** -0.5, cus,
                                plans)  # [T, H/tp, Dh]
-    o = jnp.einsum("thk,hkd->td", attn.astype(x.dtype), lp["wo"])  # o: [T, D] partial sum
+    o = jnp.einsum("dhk,thk->dt", lp["wo"], attn.astype(x.dtype))  # o: [D, T] partial sum
     x = x + psum_tp(o)
-    y = rms_norm(x, lp["mlp_norm"], cfg.rms_norm_eps)
-    g = jnp.einsum("td,df->tf", y, lp["w_gate"])  # g: [T, F/tp]
-    u = jnp.einsum("td,df->tf", y, lp["w_up"])
-    m = jnp.einsum("tf,fd->td", jax.nn.silu(g) * u, lp["w_down"])  # m: [T, D] partial sum
+    y = rms_norm_columns(x, lp["mlp_norm"], cfg.rms_norm_eps)
+    g = jnp.einsum("fd,dt->ft", lp["w_gate"], y)  # g: [F/tp, T]
+    u = jnp.einsum("fd,dt->ft", lp["w_up"], y)
+    m = jnp.einsum("df,ft->dt", lp["w_down"], jax.nn.silu(g) * u)  # m: [D, T] partial sum
     x = x + psum_tp(m)
     return (x, kv_k, kv_v), None
 
@@ -177,15 +190,15 @@ def run_layers(params, kv_k, kv_v, x, inp: ModelInputs, cfg: LlamaConfig, attent
     XLA:GPU copies out before its gemms read them (an 8B decode tick on an H200: 7.6 ms of such
     copies, TPOT 21.1 ms scanned vs 8.2 ms unrolled, benchmarks/results/h200/run7_profile_vs_hf;
     unrolled compiles several times longer, so the scan stays the default)."""
-    n_local, _, heads, _ = params["layers"]["wq"].shape  # wq: [L/spp, D, H/tp, Dh]
+    n_local, heads, _, _ = params["layers"]["wq"].shape  # wq: [L/spp, H/tp, Dh, D]
     # what depends on the step's metadata alone, once a step rather than once a layer
     cus = _source_cu_q_lens(inp)  # cus: i32[kvp, S+1] (an all_gather over kvp when kvp > 1)
     plans = attention_plans(attention_fn, kv_k, inp, cus, x.shape[0], heads)
     body = lambda carry, xs: _layer(cfg, inv_freq(cfg), inp, attention_fn, cus, plans, carry, xs)  # noqa: E731
-    (x, kv_k, kv_v), _ = lax.scan(
-        body, (x, kv_k, kv_v), (params["layers"], jnp.arange(n_local, dtype=jnp.int32)),
+    (x, kv_k, kv_v), _ = lax.scan(  # the loop carries x feature-major: [D, T]
+        body, (x.T, kv_k, kv_v), (params["layers"], jnp.arange(n_local, dtype=jnp.int32)),
         unroll=True if unroll >= n_local else unroll)
-    return x, kv_k, kv_v
+    return x.T, kv_k, kv_v
 
 
 def final_logits(params, x, inp: ModelInputs, cfg: LlamaConfig) -> jnp.ndarray:

@@ -55,3 +55,15 @@ def apply_rope(x: jnp.ndarray, positions: jnp.ndarray, freq: np.ndarray) -> jnp.
     x1, x2 = xf[..., :half], xf[..., half:]  # x1, x2: f32[T, N, Dh/2]
     out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
     return out.astype(x.dtype)
+
+
+def apply_rope_feature_major(x: jnp.ndarray, positions: jnp.ndarray, freq: np.ndarray) -> jnp.ndarray:
+    """`apply_rope` of x laid out [N, Dh, T] (the layer loop's feature-major projections), the same
+    f32 operations on every element."""
+    angles = positions.astype(jnp.float32)[None, :] * jnp.asarray(freq)[:, None]  # f32[Dh/2, T]
+    cos, sin = jnp.cos(angles), jnp.sin(angles)
+    xf = x.astype(jnp.float32)
+    half = x.shape[-2] // 2
+    x1, x2 = xf[:, :half, :], xf[:, half:, :]  # x1, x2: f32[N, Dh/2, T]
+    out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-2)
+    return out.astype(x.dtype)

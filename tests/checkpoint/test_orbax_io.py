@@ -39,3 +39,22 @@ def test_layout_mismatch_and_bad_paths(data_dir, tp_mesh, tmp_path):
         restore_params(tmp_path / "ckpt", tp_mesh(4))  # tp=4 copies the 2 kv heads
     with pytest.raises(FileNotFoundError, match="not a medha-jax params checkpoint"):
         restore_params(data_dir / "tiny-llama3", mesh)
+
+
+def test_a_checkpoint_saved_with_in_out_weights_is_refused_with_the_fix(data_dir, tp_mesh, tmp_path):
+    """Checkpoints written before linear weights were stored [out, in] say nothing of their weight
+    layout; restoring one would put every projection's weights in the wrong order."""
+    import json
+
+    from medha_jax.checkpoint.orbax_io import META_FILE
+
+    cfg = load_hf_config(data_dir / "tiny-llama3")
+    mesh = tp_mesh(1)
+    save_params(tmp_path / "ckpt", cfg, load_safetensors_params(data_dir / "tiny-llama3", cfg, mesh, "float32"), mesh)
+    meta_path = tmp_path / "ckpt" / META_FILE
+    meta = json.loads(meta_path.read_text())
+    assert meta["weight_layout"] == "out_in"
+    del meta["weight_layout"]
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match=r"linear weights stored \[in, out\].*convert it again"):
+        restore_params(tmp_path / "ckpt", mesh)

@@ -49,17 +49,18 @@ def test_hf_layout_is_converted(variant, tp, data_dir, tp_mesh):
     p = _np(load_safetensors_params(data_dir / variant, cfg, tp_mesh(tp), "float32"))
     hf = _hf_tensors(data_dir / variant)
     H, K, Dh, V = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.vocab_size
-    rep = p["layers"]["wk"].shape[2] // K
+    rep = p["layers"]["wk"].shape[1] // K
     for i in range(cfg.num_layers):
         L = lambda s: hf[f"model.layers.{i}.{s}.weight"]
         lay = {k: v[i] for k, v in p["layers"].items()}
-        np.testing.assert_array_equal(lay["wq"].reshape(-1, H * Dh), L("self_attn.q_proj").T)
-        wk = L("self_attn.k_proj").reshape(K, Dh, -1).transpose(2, 0, 1)  # [D, K, Dh]
-        np.testing.assert_array_equal(lay["wk"], np.repeat(wk, rep, axis=1))
-        np.testing.assert_array_equal(lay["wo"].reshape(H * Dh, -1), L("self_attn.o_proj").T)
-        np.testing.assert_array_equal(lay["w_gate"], L("mlp.gate_proj").T)
-        np.testing.assert_array_equal(lay["w_up"], L("mlp.up_proj").T)
-        np.testing.assert_array_equal(lay["w_down"], L("mlp.down_proj").T)
+        # ours are [out, in] like HF's: heads split out of the output features, kv heads copied
+        np.testing.assert_array_equal(lay["wq"].reshape(H * Dh, -1), L("self_attn.q_proj"))
+        wk = L("self_attn.k_proj").reshape(K, Dh, -1)  # [K, Dh, D]
+        np.testing.assert_array_equal(lay["wk"], np.repeat(wk, rep, axis=0))
+        np.testing.assert_array_equal(lay["wo"].reshape(-1, H * Dh), L("self_attn.o_proj"))
+        np.testing.assert_array_equal(lay["w_gate"], L("mlp.gate_proj"))
+        np.testing.assert_array_equal(lay["w_up"], L("mlp.up_proj"))
+        np.testing.assert_array_equal(lay["w_down"], L("mlp.down_proj"))
         np.testing.assert_array_equal(lay["attn_norm"], L("input_layernorm"))
         np.testing.assert_array_equal(lay["mlp_norm"], L("post_attention_layernorm"))
     np.testing.assert_array_equal(p["embed"][:V], hf["model.embed_tokens.weight"])
@@ -76,7 +77,7 @@ def test_sharded_checkpoint_with_index_loads_the_same_params(data_dir, model_cop
     _split(d, 3)
     assert not (d / "model.safetensors").exists()
     sharded = load_safetensors_params(d, cfg, mesh, "float32")
-    assert sharded["layers"]["wq"].sharding.spec == P("spp", None, "tp", None)
+    assert sharded["layers"]["wq"].sharding.spec == P("spp", "tp", None, None)
     jax.tree.map(np.testing.assert_array_equal, single, _np(sharded))
 
 

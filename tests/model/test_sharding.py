@@ -22,9 +22,10 @@ CFG = LlamaConfig(vocab_size=500, hidden_size=32, intermediate_size=64, num_laye
 def test_specs_come_from_the_table():
     specs = sharding.param_specs(CFG)
     assert specs["embed"] == P("tp", None) and specs["lm_head"] == P("tp", None)
-    assert specs["layers"]["wq"] == P("spp", None, "tp", None)
-    assert specs["layers"]["wo"] == P("spp", "tp", None, None)
-    assert specs["layers"]["w_down"] == P("spp", "tp", None)
+    assert specs["layers"]["wq"] == P("spp", "tp", None, None)  # [L, H, Dh, D]: [out, in]
+    assert specs["layers"]["wo"] == P("spp", None, "tp", None)  # [L, D, H, Dh]
+    assert specs["layers"]["w_gate"] == P("spp", "tp", None)  # [L, F, D]
+    assert specs["layers"]["w_down"] == P("spp", None, "tp")  # [L, D, F]
     assert specs["final_norm"] == P(None)
     assert sharding.KV_CACHE_SPEC == P("spp", "kvp", None, "tp", None)
     tied = dataclasses.replace(CFG, tie_word_embeddings=True)
@@ -62,7 +63,7 @@ def test_cache_and_params_per_device_shapes():
     assert {s.data.shape for s in k.addressable_shards} == {(1, 3, 4, 1, 8)}
     params = init_params(CFG, mesh, seed=0)
     wq = params["layers"]["wq"]
-    assert wq.shape == (2, 32, 8, 8) and {s.data.shape for s in wq.addressable_shards} == {(1, 32, 4, 8)}
+    assert wq.shape == (2, 8, 8, 32) and {s.data.shape for s in wq.addressable_shards} == {(1, 4, 8, 32)}
     assert jax.tree.map(lambda a: a.sharding, params) == param_shardings(CFG, mesh)
     with pytest.raises(ValueError, match="total_pages=5 is not divisible by kvp=2"):
         init_kv_cache(CFG, mesh, total_pages=5, page_size=4)
@@ -74,7 +75,7 @@ def test_random_params_do_not_depend_on_the_mesh():
     p8 = init_params(CFG, make_mesh("tp=8"), seed=3)
     np.testing.assert_array_equal(np.asarray(p8["layers"]["wq"]), np.asarray(p1["layers"]["wq"]))
     wk8 = np.asarray(p8["layers"]["wk"])  # 8 copies-heads: head g is checkpoint head g // 4
-    np.testing.assert_array_equal(wk8, np.repeat(np.asarray(p1["layers"]["wk"]), 4, axis=2))
+    np.testing.assert_array_equal(wk8, np.repeat(np.asarray(p1["layers"]["wk"]), 4, axis=1))
     e8 = np.asarray(p8["embed"])
     np.testing.assert_array_equal(e8[:500], np.asarray(p1["embed"]))
     assert not e8[500:].any()
