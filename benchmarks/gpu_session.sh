@@ -5,7 +5,7 @@
 # and what a killed call had left under $OUT), $OUT defaulting to benchmarks/results/gpu_run/.
 #
 #   bash benchmarks/gpu_session.sh [stage ...]     stages: env host kernels kernel-tests hf llama8b profile
-#                                                  profile-unrolled profile-cublas profile-31m vs-hf tune
+#                                                  profile-unrolled profile-cublas profile-31m vs-hf tune layers
 #                                                  (default: all, in order)
 # host (no GPU needed, the GPU machine's CPU): #16's scheduler goal (batch formation p99 < 0.5 ms at
 # 1,000 waiting + 256 running) and the engine's host step, on the CPU that feeds the GPU in production
@@ -28,7 +28,10 @@
 # sequences fill the GPU (32 x 1,024 had 16 splits: ~34 MB of partials a layer to merge). And since
 # stop 53 a tick is two programs (the step up to the logits, then the sampler, compiled once per
 # sequence count): the profile stages' per-tick kernels include the sampler's, and the logits'
-# round trip through HBM (S x V x 4 bytes) shows there as a copy if XLA makes one.
+# round trip through HBM (S x V x 4 bytes) shows there as a copy if XLA makes one. Since stop 54
+# the layer loop runs feature-major ([D, T] activations, weights stored [out, in]: 1.9x faster on
+# XLA:CPU at 16 tokens); `layers` (~60 s) times both forms on the GPU, and the profile stages show
+# whether XLA:GPU's gemms or the q/k/v transposes cost more than before (compare with run7).
 # Next lease (15 min, ~40 s of it the start), in one call of ~570 s:
 #   ENV_S=20 HOST_S=60 PROFILE_S=110 PROFILE_CUBLAS_S=110 PROFILE_UNROLLED_S=270 bash benchmarks/gpu_session.sh \
 #       env host profile profile-cublas profile-unrolled
@@ -47,7 +50,7 @@ mkdir -p "$DEST"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export XLA_PYTHON_CLIENT_MEM_FRACTION="${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.92}"
 PY="${PY:-python3}"
-stages=("$@"); [ ${#stages[@]} -eq 0 ] && stages=(env host kernels kernel-tests hf llama8b profile profile-unrolled profile-cublas profile-31m vs-hf tune)
+stages=("$@"); [ ${#stages[@]} -eq 0 ] && stages=(env host kernels kernel-tests hf llama8b profile profile-unrolled profile-cublas profile-31m vs-hf tune layers)
 failed=0
 run() {  # run NAME LIMIT_S CMD...: tee into $OUT/NAME.log, record rc and seconds
   local name=$1 limit=$2; shift 2
@@ -86,8 +89,10 @@ for s in "${stages[@]}"; do
       run vs-hf-install 120 bash -c "for w in benchmarks/.hf_wheels/*.whl; do $PY -m zipfile -e \"\$w\" '$hf_site'; done"  # a wheel is a zip
       run vs-hf "${VS_HF_S:-300}" env XLA_PYTHON_CLIENT_MEM_FRACTION=0.5 $PY benchmarks/vs_hf.py --hf-python "$PY" \
           --hf-path "$hf_site" --device gpu --dtype "${VS_HF_DTYPE:-bfloat16}" --out "$OUT" ;;
+    layers) run layers "${LAYERS_S:-90}" $PY benchmarks/feature_major_layers.py --tokens 1,16,64,512,2048 \
+        --rounds 5 --out "$OUT" ;;
     tune) run tune "${TUNE_S:-200}" $PY benchmarks/kernel_tune_gpu.py --budget-s "$(( ${TUNE_S:-200} - 40 ))" --out "$OUT" ;;
-    *) echo "unknown stage $s (env host kernels kernel-tests hf llama8b profile profile-unrolled profile-cublas profile-31m vs-hf tune)"; failed=$((failed + 1)) ;;
+    *) echo "unknown stage $s (env host kernels kernel-tests hf llama8b profile profile-unrolled profile-cublas profile-31m vs-hf tune layers)"; failed=$((failed + 1)) ;;
   esac
 done
 echo "=== $failed failed stage(s); archive $DEST/all.tgz" | tee -a "$OUT/session.log"

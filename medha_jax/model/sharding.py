@@ -19,7 +19,7 @@ Why each choice:
 - Linear weights are stored output features first, [out, in] (Hugging Face's own layout): the
   layer loop keeps its activations feature-major ([D, T]) and every projection is then a
   [out, in] x [in, T] product, which XLA:CPU runs ~2x faster than [T, in] x [in, out] at decode
-  batch sizes and no slower at prefill sizes (`benchmarks/results/feature_major_layers_cpu.md`).
+  batch sizes and about as fast at prefill sizes (`benchmarks/feature_major_layers.py`).
 - Weights are replicated over kvp (each kvp group is a full model replica running its own batch).
 - Step inputs (`INPUT_AXES`): "groups" -> kvp (group g gets its own batch: tokens, sequences,
   and for the KV it holds of every group's sequences, indexed by "src" group, slot mapping, q

@@ -1,7 +1,8 @@
 """Why the layer loop runs feature-major: a Llama layer stack laid out both ways, side by side.
 
-    python benchmarks/feature_major_layers_cpu.py                 # T = 1, 4, 16, 64, 512, 2048
-    python benchmarks/feature_major_layers_cpu.py --tokens 16,512 --rounds 9
+    python benchmarks/feature_major_layers.py                 # T = 1, 4, 16, 64, 512, 2048
+    python benchmarks/feature_major_layers.py --tokens 16,512 --rounds 9
+    bash benchmarks/gpu_session.sh layers                     # the same on a GPU
 
 Data flow: random weights of the 31M benchmark Llama's layers (8 layers, D 512, F 1536, 8 query
 heads, 2 kv heads, head_dim 64, float32), stacked [L, ...] and run by `lax.scan` as the engine
@@ -12,7 +13,8 @@ each layer: RMSNorm -> q/k/v projections -> RoPE -> causal attention among the T
 stand-in for the paged attention, which both forms call token-major) -> o projection ->
 RMSNorm -> SwiGLU MLP; -> per T, `--rounds` interleaved rounds timing each form, median ms per
 stack, the ratio, and the largest difference between the forms' outputs -> results/NAME.json/.md
-with the machine and its load. No engine: the projections' cost alone, where the layout matters.
+(default feature_major_layers_<platform>) with the machine and its load. No engine: the
+projections' cost alone, where the layout matters.
 """
 
 from __future__ import annotations
@@ -109,7 +111,7 @@ def main(argv=None) -> int:
     ap.add_argument("--tokens", default="1,4,16,64,512,2048", help="comma-separated batch token counts T")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--out", type=Path, default=RESULTS)
-    ap.add_argument("--name", default="feature_major_layers_cpu")
+    ap.add_argument("--name", default=None, help="default feature_major_layers_<platform>")
     args = ap.parse_args(argv)
     load_before = os.getloadavg()
     io, oi = _weights(0)
@@ -135,9 +137,10 @@ def main(argv=None) -> int:
                          rounds_ms=ms))
         print(f"T={T}: token-major {tm:.2f} ms, feature-major {fm:.2f} ms ({tm / fm:.2f}x), max diff {diff:.1e}",
               flush=True)
-    report = dict(run_info("feature_major_layers_cpu.py", argv, load_before), layers=L, hidden=D, mlp=F,
-                  heads=H, kv_heads=K, head_dim=Dh, rounds=args.rounds, rows=rows)
-    lines = ["# A Llama layer stack token-major vs feature-major (XLA:CPU)", "",
+    platform = jax.devices()[0].platform
+    report = dict(run_info("feature_major_layers.py", argv, load_before), device=str(jax.devices()[0].device_kind),
+                  layers=L, hidden=D, mlp=F, heads=H, kv_heads=K, head_dim=Dh, rounds=args.rounds, rows=rows)
+    lines = [f"# A Llama layer stack token-major vs feature-major (XLA:{platform.upper()}, {report['device']})", "",
              f"{provenance(report)} {L} layers of the 31M benchmark Llama (D {D}, F {F}, {H} heads, {K} kv heads, "
              f"head_dim {Dh}), float32, `lax.scan` over stacked weights as in the engine; causal attention among "
              f"the T tokens stands in for the paged attention. Median of {args.rounds} interleaved rounds.", "",
@@ -146,7 +149,7 @@ def main(argv=None) -> int:
     for r in rows:
         lines.append(f"| {r['tokens']} | {r['token_major_ms']:.2f} | {r['feature_major_ms']:.2f} | "
                      f"{r['speedup']:.2f}x | {r['max_abs_diff']:.1e} |")
-    write_results(args.out, args.name, report, lines)
+    write_results(args.out, args.name or f"feature_major_layers_{platform}", report, lines)
     return 0
 
 
