@@ -44,7 +44,7 @@ from jax import lax
 from medha_jax.model import kv_cache
 from medha_jax.model.config import LlamaConfig
 from medha_jax.model.inputs import ModelInputs
-from medha_jax.model.rope import apply_rope_feature_major, inv_freq
+from medha_jax.model.rope import apply_rope, inv_freq
 from pallas_kernels.merge import merge_attention
 
 AttentionFn = Callable[..., tuple[jnp.ndarray, jnp.ndarray]]
@@ -159,8 +159,8 @@ def _layer(cfg: LlamaConfig, freq, inp: ModelInputs, attention_fn: AttentionFn, 
     q = jnp.einsum("hkd,dt->hkt", lp["wq"], y)  # q: [H/tp, Dh, T]
     k = jnp.einsum("hkd,dt->hkt", lp["wk"], y)  # k: [K, Dh, T]
     v = jnp.einsum("hkd,dt->hkt", lp["wv"], y)  # v: [K, Dh, T]
-    q = apply_rope_feature_major(q, inp.positions, freq).transpose(2, 0, 1)  # q: [T, H/tp, Dh]
-    k = apply_rope_feature_major(k, inp.positions, freq).transpose(2, 0, 1)  # k: [T, K, Dh]
+    q = apply_rope(q, inp.positions, freq).transpose(2, 0, 1)  # q: [T, H/tp, Dh]
+    k = apply_rope(k, inp.positions, freq).transpose(2, 0, 1)  # k: [T, K, Dh]
     v = v.transpose(2, 0, 1)  # v: [T, K, Dh]
     if isinstance(kv_k, kv_cache.QuantizedPages):  # fp8 keys are stored rotated (`kv_cache`)
         q, k = kv_cache.rotate_for_fp8(q), kv_cache.rotate_for_fp8(k)

@@ -1,8 +1,8 @@
 """Rotary position embeddings (RoPE) as in HF Llama: default, `linear` and `llama3` scaling.
 
 Data flow: `inv_freq(cfg)` (numpy, computed once at trace time, float32 like transformers)
--> `apply_rope(x, positions, inv_freq)` rotates q or k of the tokens at their absolute
-positions. The rotation pairs dimension i with i + Dh/2 ("rotate half"), the layout of HF
+-> `apply_rope(x, positions, inv_freq)` rotates q or k ([heads, Dh, T]) of the tokens at their
+absolute positions. The rotation pairs dimension i with i + Dh/2 ("rotate half"), the layout of HF
 checkpoints, so weights load without permutation.
 """
 
@@ -46,20 +46,8 @@ def _llama3(freq: np.ndarray, rs: dict) -> np.ndarray:
 
 
 def apply_rope(x: jnp.ndarray, positions: jnp.ndarray, freq: np.ndarray) -> jnp.ndarray:
-    """Rotate x: [T, N, Dh] (N heads) at positions i32[T]; computed in f32, returned in x.dtype."""
-    angles = positions.astype(jnp.float32)[:, None] * jnp.asarray(freq)[None, :]  # f32[T, Dh/2]
-    cos = jnp.cos(angles)[:, None, :]  # cos: f32[T, 1, Dh/2]
-    sin = jnp.sin(angles)[:, None, :]
-    xf = x.astype(jnp.float32)
-    half = x.shape[-1] // 2
-    x1, x2 = xf[..., :half], xf[..., half:]  # x1, x2: f32[T, N, Dh/2]
-    out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
-    return out.astype(x.dtype)
-
-
-def apply_rope_feature_major(x: jnp.ndarray, positions: jnp.ndarray, freq: np.ndarray) -> jnp.ndarray:
-    """`apply_rope` of x laid out [N, Dh, T] (the layer loop's feature-major projections), the same
-    f32 operations on every element."""
+    """Rotate x: [N, Dh, T] (N heads, feature-major as the layer loop projects them) at positions
+    i32[T]; computed in f32, returned in x.dtype."""
     angles = positions.astype(jnp.float32)[None, :] * jnp.asarray(freq)[:, None]  # f32[Dh/2, T]
     cos, sin = jnp.cos(angles), jnp.sin(angles)
     xf = x.astype(jnp.float32)

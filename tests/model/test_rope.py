@@ -41,15 +41,15 @@ def test_llama3_frequencies_keep_high_scale_low_and_blend_between():
 def test_rotation_keeps_norms_and_depends_only_on_relative_position():
     freq = inv_freq(LlamaConfig(**BASE, rope_scaling=LLAMA3))
     rng = np.random.default_rng(0)
-    q = jnp.asarray(rng.normal(size=(1, 4, 32)), jnp.float32)
-    k = jnp.asarray(rng.normal(size=(1, 4, 32)), jnp.float32)
+    q = jnp.asarray(rng.normal(size=(4, 32, 1)), jnp.float32)  # [heads, Dh, tokens]
+    k = jnp.asarray(rng.normal(size=(4, 32, 1)), jnp.float32)
 
     def score(pq, pk):
         rq = apply_rope(q, jnp.array([pq]), freq)
         rk = apply_rope(k, jnp.array([pk]), freq)
-        return np.asarray(jnp.sum(rq * rk, axis=-1))
+        return np.asarray(jnp.sum(rq * rk, axis=-2))
 
     np.testing.assert_allclose(score(10, 3), score(1010, 1003), rtol=2e-4, atol=2e-4)
     rq = apply_rope(q, jnp.array([777]), freq)
-    np.testing.assert_allclose(jnp.linalg.norm(rq, axis=-1), jnp.linalg.norm(q, axis=-1), rtol=1e-5)
+    np.testing.assert_allclose(jnp.linalg.norm(rq, axis=-2), jnp.linalg.norm(q, axis=-2), rtol=1e-5)
     np.testing.assert_allclose(apply_rope(q, jnp.array([0]), freq), q)  # position 0: identity
