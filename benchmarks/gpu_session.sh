@@ -39,7 +39,7 @@
 # weight slice in place; profile-unrolled: the unrolled loop's compile time and TPOT at both
 # batches), then, warm, the kernels' knobs (the decode kernel took 61 us a layer for one 8K
 # sequence, ~9x its KV read floor; the prefill kernel reached 15% of the matmul peak):
-#   TUNE_S=200 bash benchmarks/gpu_session.sh tune         # or PROFILE31M_S=150 ... profile-31m
+#   LAYERS_S=60 TUNE_S=200 bash benchmarks/gpu_session.sh layers tune   # or PROFILE31M_S=150 ... profile-31m
 # Stage limits (seconds) can be changed with e.g. KERNELS_S=300. A stage that fails or times out
 # is logged and the next one still runs; the exit code is the number of failed stages.
 set -uo pipefail
