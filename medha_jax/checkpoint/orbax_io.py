@@ -3,7 +3,8 @@
 Data flow: save: params (in `param_shardings`) -> `<dir>/params` (Orbax StandardCheckpointer,
 each host writes its shards) + `<dir>/medha_config.json` (the LlamaConfig and the Layout the
 arrays were saved with). restore: medha_config.json -> cfg -> target ShapeDtypeStructs with this
-mesh's shardings -> Orbax reads each device's shard.
+mesh's shardings -> Orbax reads each device's shard (a checkpoint saved before `weight_layout` was
+recorded: its [in, out] layer weights are read as saved, then transposed into the mesh's shardings).
 
 The arrays are stored in the mesh layout (kv heads copied when tp > num_kv_heads, vocab padded
 to a multiple of tp), so a checkpoint restores onto any mesh whose `Layout.kv_heads` and
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import jax
 import orbax.checkpoint as ocp
-from jax.sharding import Mesh
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from medha_jax.model import sharding
 from medha_jax.model.config import LlamaConfig
@@ -27,8 +28,11 @@ from medha_jax.model.config import LlamaConfig
 META_FILE = "medha_config.json"
 PARAMS_DIR = "params"
 WEIGHT_LAYOUT = "out_in"
-"""How linear weights are stored (`sharding.PARAM_AXES`: output features first); checkpoints
-saved before it was recorded held them [in, out] and are refused on restore."""
+"""How linear weights are stored (`sharding.PARAM_AXES`: output features first). Checkpoints
+saved before it was recorded hold them [in, out]; `restore_params` transposes those on restore."""
+# [in, out] layer weight -> its [out, in] form: new = old.transpose(perm)
+_FROM_IN_OUT = {"wq": (0, 2, 3, 1), "wk": (0, 2, 3, 1), "wv": (0, 2, 3, 1), "wo": (0, 3, 1, 2),
+                "w_gate": (0, 2, 1), "w_up": (0, 2, 1), "w_down": (0, 2, 1)}
 
 
 def save_params(path: str | Path, cfg: LlamaConfig, params, mesh: Mesh) -> None:
@@ -63,11 +67,10 @@ def restore_params(path: str | Path, mesh: Mesh, dtype=None):
     path = Path(path).absolute()
     cfg, meta = load_saved_config(path)
     lay = sharding.layout(cfg, mesh)
-    if meta.get("weight_layout") != WEIGHT_LAYOUT:
-        raise ValueError(
-            f"checkpoint {str(path)!r} was saved by an earlier medha-jax, with linear weights stored "
-            f"[in, out]; this release stores them [out, in] ({WEIGHT_LAYOUT!r}): convert it again from "
-            "the HF checkpoint (`convert_hf_to_orbax`)")
+    in_out = "weight_layout" not in meta  # saved by a release that stored linear weights [in, out]
+    if not in_out and meta["weight_layout"] != WEIGHT_LAYOUT:
+        raise ValueError(f"checkpoint {str(path)!r} stores its weights as {meta['weight_layout']!r}, which "
+                         f"this release does not know (it reads {WEIGHT_LAYOUT!r} and older [in, out] ones)")
     if (lay.kv_heads, lay.vocab_padded) != (meta["kv_heads"], meta["vocab_padded"]):
         raise ValueError(
             f"checkpoint {str(path)!r} was saved with {meta['kv_heads']} kv heads and vocab padded "
@@ -85,5 +88,21 @@ def restore_params(path: str | Path, mesh: Mesh, dtype=None):
 
         abstract = jax.tree.map(target, shapes, shardings, dict(saved_tree),
                                 is_leaf=lambda x: isinstance(x, tuple))
+        if in_out:  # read each layer weight as it was saved, in the matching sharding
+            abstract["layers"] = {k: _as_saved(a, _FROM_IN_OUT.get(k)) for k, a in abstract["layers"].items()}
         params = ckpt.restore(path / PARAMS_DIR, abstract)
+    if in_out:
+        params["layers"] = {k: a if k not in _FROM_IN_OUT else jax.jit(
+            lambda x, p=_FROM_IN_OUT[k]: x.transpose(p), out_shardings=shardings["layers"][k])(a)
+            for k, a in params["layers"].items()}
     return cfg, params
+
+
+def _as_saved(target: jax.ShapeDtypeStruct, perm) -> jax.ShapeDtypeStruct:
+    """The [in, out] form of an [out, in] target (shape and sharding spec permuted back); perm None: as is."""
+    if perm is None:
+        return target
+    inv = sorted(range(len(perm)), key=perm.__getitem__)  # old axis j is new axis inv[j]
+    spec = tuple(target.sharding.spec) + (None,) * (len(perm) - len(target.sharding.spec))
+    shd = NamedSharding(target.sharding.mesh, P(*(spec[i] for i in inv)))
+    return jax.ShapeDtypeStruct(tuple(target.shape[i] for i in inv), target.dtype, sharding=shd)
