@@ -29,10 +29,8 @@ META_FILE = "medha_config.json"
 PARAMS_DIR = "params"
 WEIGHT_LAYOUT = "out_in"
 """How linear weights are stored (`sharding.PARAM_AXES`: output features first). Checkpoints
-saved before it was recorded hold them [in, out]; `restore_params` transposes those on restore."""
-# [in, out] layer weight -> its [out, in] form: new = old.transpose(perm)
-_FROM_IN_OUT = {"wq": (0, 2, 3, 1), "wk": (0, 2, 3, 1), "wv": (0, 2, 3, 1), "wo": (0, 3, 1, 2),
-                "w_gate": (0, 2, 1), "w_up": (0, 2, 1), "w_down": (0, 2, 1)}
+saved before it was recorded hold them [in, out]; `restore_params` transposes those on restore
+(`sharding.FROM_IN_OUT`)."""
 
 
 def save_params(path: str | Path, cfg: LlamaConfig, params, mesh: Mesh) -> None:
@@ -89,11 +87,11 @@ def restore_params(path: str | Path, mesh: Mesh, dtype=None):
         abstract = jax.tree.map(target, shapes, shardings, dict(saved_tree),
                                 is_leaf=lambda x: isinstance(x, tuple))
         if in_out:  # read each layer weight as it was saved, in the matching sharding
-            abstract["layers"] = {k: _as_saved(a, _FROM_IN_OUT.get(k)) for k, a in abstract["layers"].items()}
+            abstract["layers"] = {k: _as_saved(a, sharding.FROM_IN_OUT.get(k)) for k, a in abstract["layers"].items()}
         params = ckpt.restore(path / PARAMS_DIR, abstract)
     if in_out:
-        params["layers"] = {k: a if k not in _FROM_IN_OUT else jax.jit(
-            lambda x, p=_FROM_IN_OUT[k]: x.transpose(p), out_shardings=shardings["layers"][k])(a)
+        params["layers"] = {k: a if k not in sharding.FROM_IN_OUT else jax.jit(
+            lambda x, p=sharding.FROM_IN_OUT[k]: x.transpose(p), out_shardings=shardings["layers"][k])(a)
             for k, a in params["layers"].items()}
     return cfg, params
 

@@ -39,23 +39,25 @@ def init_params(cfg: LlamaConfig, mesh: Mesh, seed: int = 0, dtype=jnp.float32, 
         def pad_vocab(w):  # [V, D] -> [Vp, D]
             return jnp.pad(w, ((0, lay.vocab_padded - V), (0, 0)))
 
-        def kv(name):  # drawn [L, D, KVH, Dh] -> [L, KVHr, Dh, D]: each head copied kv_repeat times
-            return jnp.repeat(normal(name, (L, D, KVH, Dh), D).transpose(0, 2, 3, 1), lay.kv_repeat, axis=1)
+        def linear(name, shape, fan_in):  # drawn [in, out], stored [out, in] (`sharding.FROM_IN_OUT`): a
+            # seed's values stay what they were before the layout changed
+            return normal(name, shape, fan_in).transpose(sharding.FROM_IN_OUT[name])
 
-        # every weight is drawn in its [in, out] shape and stored [out, in] (`sharding.PARAM_AXES`):
-        # the values of a seed stay what they were before the layout changed
+        def kv(name):  # [L, KVH, Dh, D] -> [L, KVHr, Dh, D]: each head copied kv_repeat times
+            return jnp.repeat(linear(name, (L, D, KVH, Dh), D), lay.kv_repeat, axis=1)
+
         params = {
             "embed": pad_vocab(normal("embed", (V, D), 64)),
             "layers": {
                 "attn_norm": jnp.ones((L, D), dtype),
-                "wq": normal("wq", (L, D, H, Dh), D).transpose(0, 2, 3, 1),  # [L, H, Dh, D]
+                "wq": linear("wq", (L, D, H, Dh), D),  # [L, H, Dh, D]
                 "wk": kv("wk"),
                 "wv": kv("wv"),
-                "wo": normal("wo", (L, H, Dh, D), H * Dh).transpose(0, 3, 1, 2),  # [L, D, H, Dh]
+                "wo": linear("wo", (L, H, Dh, D), H * Dh),  # [L, D, H, Dh]
                 "mlp_norm": jnp.ones((L, D), dtype),
-                "w_gate": normal("w_gate", (L, D, F), D).transpose(0, 2, 1),  # [L, F, D]
-                "w_up": normal("w_up", (L, D, F), D).transpose(0, 2, 1),
-                "w_down": normal("w_down", (L, F, D), F).transpose(0, 2, 1),  # [L, D, F]
+                "w_gate": linear("w_gate", (L, D, F), D),  # [L, F, D]
+                "w_up": linear("w_up", (L, D, F), D),
+                "w_down": linear("w_down", (L, F, D), F),  # [L, D, F]
             },
             "final_norm": jnp.ones((D,), dtype),
         }

@@ -80,6 +80,14 @@ PARAM_AXES: dict[str, Any] = {
     "lm_head": ("vocab", "embed"),  # [Vp, D]; absent when tie_word_embeddings
 }
 
+# Each linear layer weight's [in, out] form (the layout seeded random params are drawn in, and that
+# checkpoints saved before the [out, in] layout hold) -> ours: ours = w.transpose(perm)
+FROM_IN_OUT: dict[str, tuple[int, ...]] = {
+    "wq": (0, 2, 3, 1), "wk": (0, 2, 3, 1), "wv": (0, 2, 3, 1),  # [L, D, H, Dh] -> [L, H, Dh, D]
+    "wo": (0, 3, 1, 2),  # [L, H, Dh, D] -> [L, D, H, Dh]
+    "w_gate": (0, 2, 1), "w_up": (0, 2, 1), "w_down": (0, 2, 1),  # [L, D, F] -> [L, F, D]; [L, F, D] -> [L, D, F]
+}
+
 KV_CACHE_AXES = ("layers", "pages", "page_slot", "kv_heads", "head_dim")  # [L, N, page, KVHr, Dh]
 
 # Logical dimensions of the `ModelInputs` fields of one microbatch (cu_q_lens has S+1 entries).
