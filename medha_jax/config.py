@@ -43,7 +43,8 @@ class EngineConfig:
     """Decoder layers per iteration of the step's layer loop (a `lax.scan` over the stacked
     weights): 1 keeps one layer's code, compiled once; a value >= the layers on a device unrolls
     them all (longer compiles, no per-layer slicing of the stacked weights at run time: on an H200
-    an 8B decode of one 8K request took 8.2 ms a token unrolled vs 21.1 ms scanned, README)."""
+    an 8B decode of one 8K request took 8.2 ms a token unrolled vs 21.1 ms scanned, README). On a
+    CPU with spp=1 the weights are per-layer buffers either way (`sharding.unstack_layers`)."""
     num_pages: int | None = None
     """KV-cache pages per kvp group (the KV page budget); default: from kv_cache_memory_gb, else 1024."""
     max_tokens_per_kvp_group: int | None = None

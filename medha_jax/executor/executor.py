@@ -128,7 +128,13 @@ class Executor:
         self.acts = init_acts(cfg, mesh, ladders.tokens[-1], self._acts_dtype)
         self.pipe = PipelineSlots(self.depth, self.kvp)
         self.max_seqs = ladders.seqs[-1]
-        self._step = jax.jit(make_step(cfg, mesh, attention_fn, layer_unroll), donate_argnums=(1, 2, 3))
+        # XLA:CPU copies a stacked layer's weights out of the stack in every layer of every step; on
+        # one stage the step reads per-layer buffers instead (`sharding.unstack_layers`). Not on a
+        # GPU: there the layer loop would launch a conditional per projection.
+        per_layer = self.depth == 1 and mesh.devices.flat[0].platform == "cpu"
+        if per_layer:
+            self.params = sharding.unstack_layers(params, cfg, mesh)
+        self._step = jax.jit(make_step(cfg, mesh, attention_fn, layer_unroll, per_layer), donate_argnums=(1, 2, 3))
         self._sample = jax.jit(make_sampler(mesh, sample, self.max_seqs))
         specs = sharding.input_specs(stacked=True)
         self._shardings = {f: NamedSharding(mesh, getattr(specs, f)) for f in MODEL_FIELDS}

@@ -7,8 +7,9 @@ Each kvp group runs its own batch of T tokens (`model.inputs`); x is that group'
 
     token_ids -> vocab-parallel embedding lookup, psum(tp)            x: [T, D]
     batch metadata -> the attention backend's plan (pallas: the kernels' work lists), once a step
-    per local layer (lax.scan over the [L/spp, ...] stack, x feature-major [D, T] inside, weights
-    stored [out, in]: every projection is W @ y, see `_layer`):
+    per local layer (lax.scan over the [L/spp, ...] stack, or on one CPU stage over per-layer
+    buffers picked by a switch, `run_layers`; x feature-major [D, T] inside, weights stored
+    [out, in]: every projection is W @ y, see `_layer`):
         RMSNorm -> q [H/tp, Dh, T], k/v [K, Dh, T] -> RoPE(q, k) -> token-major q [T, H/tp, Dh],
         k/v [T, K, Dh] (fp8 cache: q, k @ key_rotation)
         kvp == 1: write k/v at slot_mapping into this layer's pages (slot -1 dropped)
@@ -35,6 +36,7 @@ imply.
 
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import jax
@@ -149,16 +151,44 @@ def _attend(attention_fn: AttentionFn, q, k, v, kv_k, kv_v, layer, inp: ModelInp
     return merge_attention(outs, lses)[0], kv_k, kv_v
 
 
+class _Slice:
+    """A layer's weights as arrays: the scan's slice of the stack, or one layer's own buffers."""
+
+    def __init__(self, lp):
+        self.lp = lp  # name -> array, no layer axis
+
+    def vector(self, name):
+        return self.lp[name]
+
+    def project(self, eq, name, y):
+        return jnp.einsum(eq, self.lp[name], y)
+
+
+class _Switch:
+    """Layer `layer` (traced) of per-layer buffers (`sharding.unstack_layers`): each projection is a
+    switch over the layers whose branch l multiplies by layer l's own buffer, which XLA passes
+    without a copy; the norm vectors are indexed out of a stack (a few KB)."""
+
+    def __init__(self, layers, norms, layer):
+        self.layers, self.norms, self.layer = layers, norms, layer
+
+    def vector(self, name):
+        return self.norms[name][self.layer]
+
+    def project(self, eq, name, y):
+        return lax.switch(self.layer, [functools.partial(jnp.einsum, eq, lp[name]) for lp in self.layers], y)
+
+
 def _layer(cfg: LlamaConfig, freq, inp: ModelInputs, attention_fn: AttentionFn, cus, plans, carry, xs):
     """One decoder layer on feature-major activations: x: [D, T] (a token per column) and weights
     stored [out, in], so every projection is W @ y, the form XLA:CPU runs fastest at decode batch
     sizes (`sharding.PARAM_AXES`); attention gets its q/k/v token-major."""
     x, kv_k, kv_v = carry  # x: [D, T]; kv_k, kv_v: [Ll, N, page, K, Dh]
-    lp, layer = xs  # lp: this layer's weights (leading layer axis removed)
-    y = rms_norm_columns(x, lp["attn_norm"], cfg.rms_norm_eps)  # y: [D, T]
-    q = jnp.einsum("hkd,dt->hkt", lp["wq"], y)  # q: [H/tp, Dh, T]
-    k = jnp.einsum("hkd,dt->hkt", lp["wk"], y)  # k: [K, Dh, T]
-    v = jnp.einsum("hkd,dt->hkt", lp["wv"], y)  # v: [K, Dh, T]
+    w, layer = xs  # w: this layer's weights (`_Slice` or `_Switch`), layer: i32 index in the stage
+    y = rms_norm_columns(x, w.vector("attn_norm"), cfg.rms_norm_eps)  # y: [D, T]
+    q = w.project("hkd,dt->hkt", "wq", y)  # q: [H/tp, Dh, T]
+    k = w.project("hkd,dt->hkt", "wk", y)  # k: [K, Dh, T]
+    v = w.project("hkd,dt->hkt", "wv", y)  # v: [K, Dh, T]
     q = apply_rope(q, inp.positions, freq).transpose(2, 0, 1)  # q: [T, H/tp, Dh]
     k = apply_rope(k, inp.positions, freq).transpose(2, 0, 1)  # k: [T, K, Dh]
     v = v.transpose(2, 0, 1)  # v: [T, K, Dh]
@@ -166,12 +196,12 @@ def _layer(cfg: LlamaConfig, freq, inp: ModelInputs, attention_fn: AttentionFn, 
         q, k = kv_cache.rotate_for_fp8(q), kv_cache.rotate_for_fp8(k)
     attn, kv_k, kv_v = _attend(attention_fn, q, k, v, kv_k, kv_v, layer, inp, cfg.head_dim ** -0.5, cus,
                                plans)  # [T, H/tp, Dh]
-    o = jnp.einsum("dhk,thk->dt", lp["wo"], attn.astype(x.dtype))  # o: [D, T] partial sum
+    o = w.project("dhk,thk->dt", "wo", attn.astype(x.dtype))  # o: [D, T] partial sum
     x = x + psum_tp(o)
-    y = rms_norm_columns(x, lp["mlp_norm"], cfg.rms_norm_eps)
-    g = jnp.einsum("fd,dt->ft", lp["w_gate"], y)  # g: [F/tp, T]
-    u = jnp.einsum("fd,dt->ft", lp["w_up"], y)
-    m = jnp.einsum("df,ft->dt", lp["w_down"], jax.nn.silu(g) * u)  # m: [D, T] partial sum
+    y = rms_norm_columns(x, w.vector("mlp_norm"), cfg.rms_norm_eps)
+    g = w.project("fd,dt->ft", "w_gate", y)  # g: [F/tp, T]
+    u = w.project("fd,dt->ft", "w_up", y)
+    m = w.project("df,ft->dt", "w_down", jax.nn.silu(g) * u)  # m: [D, T] partial sum
     x = x + psum_tp(m)
     return (x, kv_k, kv_v), None
 
@@ -183,21 +213,36 @@ def embed(params, inp: ModelInputs) -> jnp.ndarray:
 
 def run_layers(params, kv_k, kv_v, x, inp: ModelInputs, cfg: LlamaConfig, attention_fn: AttentionFn,
                unroll: int = 1):
-    """This stage's layers (the local [L/spp, ...] stack) over x: [T, D] -> (x, kv_k, kv_v).
+    """This stage's layers over x: [T, D] -> (x, kv_k, kv_v). params["layers"]: the local
+    [L/spp, ...] stack, or a list of per-layer buffers (`sharding.unstack_layers`, spp == 1).
 
-    unroll: layers per loop iteration; >= the local layer count unrolls the loop away, so every
-    layer's weights are static slices of the stack instead of slices at the loop's index, which
-    XLA:GPU copies out before its gemms read them (an 8B decode tick on an H200: 7.6 ms of such
-    copies, TPOT 21.1 ms scanned vs 8.2 ms unrolled, benchmarks/results/h200/run7_profile_vs_hf;
-    unrolled compiles several times longer, so the scan stays the default)."""
-    n_local, heads, _, _ = params["layers"]["wq"].shape  # wq: [L/spp, H/tp, Dh, D]
+    unroll: layers per loop iteration; >= the local layer count unrolls the loop away. Over a
+    stack, the loop reads layer l's weights through a slice at the loop's index, which XLA:CPU
+    and XLA:GPU copy out before their gemms read them (an 8B decode tick on an H200: 7.6 ms of
+    such copies, TPOT 21.1 ms scanned vs 8.2 ms unrolled, benchmarks/results/h200/run7_profile_vs_hf);
+    unrolled compiles several times longer, so the loop stays the default. Over per-layer
+    buffers the loop picks each projection's weights with a switch (`_Switch`), so nothing is
+    copied and the loop body (attention included) is still compiled once."""
+    layers = params["layers"]
+    per_layer = isinstance(layers, list)
+    n_local = len(layers) if per_layer else layers["wq"].shape[0]
+    heads = (layers[0] if per_layer else layers)["wq"].shape[-3]  # wq: [(L/spp,) H/tp, Dh, D]
     # what depends on the step's metadata alone, once a step rather than once a layer
     cus = _source_cu_q_lens(inp)  # cus: i32[kvp, S+1] (an all_gather over kvp when kvp > 1)
     plans = attention_plans(attention_fn, kv_k, inp, cus, x.shape[0], heads)
-    body = lambda carry, xs: _layer(cfg, inv_freq(cfg), inp, attention_fn, cus, plans, carry, xs)  # noqa: E731
-    (x, kv_k, kv_v), _ = lax.scan(  # the loop carries x feature-major: [D, T]
-        body, (x.T, kv_k, kv_v), (params["layers"], jnp.arange(n_local, dtype=jnp.int32)),
-        unroll=True if unroll >= n_local else unroll)
+    layer_fn = functools.partial(_layer, cfg, inv_freq(cfg), inp, attention_fn, cus, plans)
+    carry = (x.T, kv_k, kv_v)  # the loop carries x feature-major: [D, T]
+    index = jnp.arange(n_local, dtype=jnp.int32)
+    if per_layer and unroll >= n_local:
+        for i, lp in enumerate(layers):
+            carry, _ = layer_fn(carry, (_Slice(lp), index[i]))
+    elif per_layer:
+        norms = {k: jnp.stack([lp[k] for lp in layers]) for k in ("attn_norm", "mlp_norm")}  # [L, D] each
+        carry, _ = lax.scan(lambda c, i: layer_fn(c, (_Switch(layers, norms, i), i)), carry, index, unroll=unroll)
+    else:
+        carry, _ = lax.scan(lambda c, xs: layer_fn(c, (_Slice(xs[0]), xs[1])), carry, (layers, index),
+                            unroll=True if unroll >= n_local else unroll)
+    x, kv_k, kv_v = carry
     return x.T, kv_k, kv_v
 
 

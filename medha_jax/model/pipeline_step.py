@@ -78,7 +78,8 @@ def _sample_rows(logits, samp, out_rows, *, sample_fn, max_seqs: int):
     return tok, logprob, top_ids, top_lps
 
 
-def make_step(cfg: LlamaConfig, mesh: Mesh, attention_fn: AttentionFn, layer_unroll: int = 1):
+def make_step(cfg: LlamaConfig, mesh: Mesh, attention_fn: AttentionFn, layer_unroll: int = 1,
+              per_layer: bool = False):
     """`(params, kv_k, kv_v, acts, inp, feed_index, prev_tokens) -> (logits f32[spp, kvp, S, V],
     kv_k, kv_v, acts)`: one tick up to the logits; `make_sampler` draws from them.
 
@@ -89,7 +90,8 @@ def make_step(cfg: LlamaConfig, mesh: Mesh, attention_fn: AttentionFn, layer_unr
     logits are each stage's (row s: the microbatch at stage s, only the last stage's being the
     exiting one's), each kvp group's, replicated over tp: sharded P("spp", "kvp"). acts:
     `init_acts(...)` or None when spp == 1. layer_unroll: layers per iteration of the layer loop
-    (`llama.run_layers`). Jittable; donate kv_k, kv_v and acts.
+    (`llama.run_layers`). per_layer: params["layers"] is `sharding.unstack_layers`'s list (spp == 1).
+    Jittable; donate kv_k, kv_v and acts.
     """
     kv = sharding.KV_CACHE_SPEC
     per_device = functools.partial(_tick, cfg=cfg, attention_fn=attention_fn, layer_unroll=layer_unroll)
@@ -99,7 +101,7 @@ def make_step(cfg: LlamaConfig, mesh: Mesh, attention_fn: AttentionFn, layer_unr
     if sharding.layout(cfg, mesh).spp == 1:
         mapped = jax.shard_map(
             lambda p, k, v, i, f, t: per_device(p, k, v, None, i, f, t)[:3], **common,
-            in_specs=(sharding.param_specs(cfg), kv, kv, inputs, grouped, P()),
+            in_specs=(sharding.param_specs(cfg, per_layer), kv, kv, inputs, grouped, P()),
             out_specs=(sharding.LOGITS_SPEC, kv, kv))
 
         def step(params, kv_k, kv_v, acts, inp, feed_index, prev_tokens):
@@ -108,7 +110,7 @@ def make_step(cfg: LlamaConfig, mesh: Mesh, attention_fn: AttentionFn, layer_unr
         return step
     return jax.shard_map(
         per_device, **common,
-        in_specs=(sharding.param_specs(cfg), kv, kv, sharding.ACTS_SPEC, inputs, grouped, P()),
+        in_specs=(sharding.param_specs(cfg, per_layer), kv, kv, sharding.ACTS_SPEC, inputs, grouped, P()),
         out_specs=(sharding.LOGITS_SPEC, kv, kv, sharding.ACTS_SPEC))
 
 

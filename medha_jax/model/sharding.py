@@ -38,6 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from medha_jax.model.config import LlamaConfig
@@ -200,9 +201,35 @@ def param_axes(cfg: LlamaConfig) -> dict[str, Any]:
     return axes
 
 
-def param_specs(cfg: LlamaConfig) -> dict[str, Any]:
-    """PartitionSpec of every parameter (the in_specs of the per-device forward)."""
-    return _map_axes(param_axes(cfg), spec)
+def param_specs(cfg: LlamaConfig, per_layer: bool = False) -> dict[str, Any]:
+    """PartitionSpec of every parameter (the in_specs of the per-device forward). per_layer:
+    params["layers"] as `unstack_layers` gives it, a list of one dict per layer."""
+    specs = _map_axes(param_axes(cfg), spec)
+    if per_layer:
+        specs["layers"] = [_layer_specs() for _ in range(cfg.num_layers)]
+    return specs
+
+
+def _layer_specs() -> dict[str, P]:
+    """One layer's weights: the stack's specs less the leading "layers" dimension."""
+    return {k: spec(axes[1:]) for k, axes in PARAM_AXES["layers"].items()}
+
+
+def unstack_layers(params: dict[str, Any], cfg: LlamaConfig, mesh: Mesh) -> dict[str, Any]:
+    """params with "layers" as a list of L dicts, each weight its own buffer ([H/tp, Dh, D] ...),
+    sharded as in the stack less the layer axis (spp must be 1: a stage's layers live on it).
+
+    Why: a loop over the stack reads layer l's weights through a dynamic slice, which XLA:CPU
+    copies out before every projection (18 ms of an 83 ms decode step of the 31M Llama,
+    benchmarks/results/per_layer_weights_cpu.md); `llama.run_layers` picks a layer's own buffers
+    instead. Built once: the stacked arrays are released when the caller drops them."""
+    if layout(cfg, mesh).spp != 1:
+        raise ValueError(f"per-layer weight buffers need spp=1 (each stage holds a stack), got spp={layout(cfg, mesh).spp}")
+    one = {k: NamedSharding(mesh, s) for k, s in _layer_specs().items()}
+    L = cfg.num_layers
+    split = jax.jit(lambda layers: [{k: a[i] for k, a in layers.items()} for i in range(L)],
+                    out_shardings=[one] * L)
+    return {**params, "layers": split(params["layers"])}
 
 
 def param_shardings(cfg: LlamaConfig, mesh: Mesh) -> dict[str, Any]:
