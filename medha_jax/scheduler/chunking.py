@@ -9,7 +9,7 @@
 Used by the time-budget packer (Algorithm 2) and the prefill-time cache (Algorithm 3), so both
 make the same choice (`budget_chunk`). Candidates are the multiples of `chunk_granularity` from
 `min_chunk` up to min(max_chunk, limit), plus `limit` itself when it is the request's remainder (the last chunk is
-exact). Assumes time_of never decreases with n, except possibly where n reaches a multiple of
+exact) or when there is no time budget (batch mode: the token cap's room, filled as FCFS fills it). Assumes time_of never decreases with n, except possibly where n reaches a multiple of
 `period` (the XLA attention runs a chunk's multiples of 128 tokens in wide tiles and the rest in
 narrow ones, so 128 tokens can cost less than 96): then the search first finds the largest
 multiple of `period` that fits (times of those grow with n), and the answer lies below the next
@@ -19,6 +19,7 @@ budget. Pure Python.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 
@@ -29,7 +30,12 @@ def largest_chunk(time_of: Callable[[int], float], remaining: int, budget: float
     cap = remaining if limit is None else min(remaining, limit)
     if cap <= 0 or budget <= 0.0:
         return 0, 0.0
-    exact_tail = cap == remaining and cap <= max_chunk and (cap % granularity or cap < min_chunk)
+    # cap itself is a candidate where it is not a multiple of granularity: as the prompt's last
+    # chunk, and with no time budget (batch mode) as the room the token cap leaves, filled as FCFS
+    # fills it: the batch runs padded to its token bucket anyway, so rounding down to a multiple
+    # would only leave slots of it empty (16 x 512-token prompts under a 512-token cap: chunks of
+    # 480 beside the decodes where FCFS fills 511, and different batches from FCFS's)
+    exact_tail = (cap == remaining or budget == math.inf) and cap <= max_chunk and (cap % granularity or cap < min_chunk)
     kmin = min_chunk // granularity
     kmax = min(max_chunk, cap) // granularity
     count = max(0, kmax - kmin + 1)
@@ -95,9 +101,11 @@ def budget_chunk(time_of: Callable[[int], float], remaining: int, budget: float,
     fixed cost per iteration (decodes beside the chunk) keeps the larger chunk where it outweighs
     the narrow tile's. The convoy's 32,704-token prompt under a 0.18 s budget: 127 chunks instead
     of 105 and 0.95x the device time (two runs: 0.946x, 0.951x; `benchmarks/chunk_schedule_cost.py`).
-    The simulator's analytic devices have no tiles (period 0): unchanged."""
+    The simulator's analytic devices have no tiles (period 0): unchanged. With no time budget
+    (batch mode) n is the token cap's room and is kept whole: the batch runs padded to its token
+    bucket whatever the chunk's tiles."""
     n, t = largest_chunk(time_of, remaining, budget, period=period, **kw)
-    if period and n > period and n % period and n < remaining:
+    if period and n > period and n % period and n < remaining and budget < math.inf:  # batch mode: the cap's room
         m = n - n % period
         tm = time_of(m)
         if m * t >= n * tm:  # m / tm >= n / t

@@ -143,7 +143,7 @@ def test_batch_mode_packs_for_throughput_until_a_tpot_target_is_live(policy):
     (long_,) = make_requests(1, prompt_len=100_000, prefix="L")
     s.add_request(long_)
     b = s.schedule(0.1)
-    assert shape(b)[0] == ("L0", 0, 5984)  # the token cap less 4 decodes, in 32s; not the 50 ms budget's 4576
+    assert shape(b)[0] == ("L0", 0, 5996)  # the token cap less 4 decodes, filled as FCFS fills it; not the 50 ms budget's 4576
     sample_all(s, b, 0.2)
     (tight,) = make_requests(1, prompt_len=32, max_tokens=8, prefix="T")
     tight.tpot_target = 0.02
@@ -164,6 +164,23 @@ def test_batch_mode_packs_a_batch_job_whole_whatever_the_derived_deadlines(polic
         s.add_request(r)
     b = s.schedule(0.0)
     assert (len(b.seqs), b.num_tokens) == (16, 8192)
+
+
+@pytest.mark.parametrize("policy", ["slo", "edf", "lars", "fcfs"])
+def test_batch_mode_fills_the_token_cap_as_fcfs_does(policy):
+    """The offline benchmark's job under its 512-token cap (16 prompts of 512, here 8 new tokens):
+    every iteration before the prefill's last fills the cap whole, and the job takes as many
+    iterations as FCFS's. The time-budget policies rounded the cap's room down to a multiple of
+    chunk_granularity (480 tokens beside the decodes where FCFS fills 511) while the token bucket
+    ran padded to 512 anyway. (Which prompt gets the room is still each policy's order.)"""
+    def trace(p):
+        s = sched({"tokens": 6.7e-4, "decodes": 1e-4}, policy=p, batch_mode=True, max_num_batched_tokens=512)
+        return [it.seqs for it in replay(s, make_requests(16, prompt_len=512, max_tokens=8)).trace]
+
+    got = trace(policy)
+    with_prefill = [it for it in got if any(kv < 512 for _, kv, _ in it)]  # (id, kv before, tokens)
+    assert [sum(n for _, _, n in it) for it in with_prefill[:-1]] == [512] * (len(with_prefill) - 1)
+    assert len(with_prefill) == 17 and len(got) == len(trace("fcfs"))
 
 
 def test_batch_mode_still_keeps_a_deadline_the_request_gave():
