@@ -13,7 +13,9 @@ every engine with the same shapes (token cap, sequences, pages, buckets) and the
 policy also measures its runtime profile on first start, under --workdir) -> `repeats` rounds,
 each timing every policy once in turn (interleaved, so drifts in machine load hit all alike)
 -> median wall time per policy, output tokens/s, the ratio to fcfs, identical greedy outputs
-checked -> results/offline_batch[_small].json and .md with the machine and its load average.
+checked, and whether each engine's iterations computed what fcfs's did (the scheduler's iteration
+records: a gap between policies with the same batches is the machine's, not the scheduling's)
+-> results/offline_batch[_small].json and .md with the machine and its load average.
 """
 
 from __future__ import annotations
@@ -83,10 +85,12 @@ def main(argv=None) -> int:
             outputs[p] = [o.token_ids for o in outs]
         log(f"round {rep + 1}: " + ", ".join(f"{p} {walls[p][-1]:.2f} s" for p in policies))
     gen = args.prompts * args.new_tokens
-    rows = []
+    rows, schedules = [], {}
     for p in policies:
         med = statistics.median(walls[p])
         eng = llms[p].engine
+        # what each iteration computed, sequences in a canonical order (request ids differ between engines)
+        schedules[p] = [sorted(r.composition.seqs) for r in eng.scheduler.records]
         rows.append(dict(policy=p, median_s=med, walls_s=walls[p], output_tokens_per_s=gen / med,
                          total_tokens_per_s=(gen + args.prompts * args.prompt_len) / med,
                          iterations=len(eng.scheduler.records), start_and_first_pass_s=start_s[p],
@@ -94,6 +98,8 @@ def main(argv=None) -> int:
     fcfs = next((r for r in rows if r["policy"] == "fcfs"), None)
     for r in rows:
         r["throughput_vs_fcfs"] = fcfs["median_s"] / r["median_s"] if fcfs else None
+        # the same iterations as fcfs: then a gap between the two is the machine's, not the scheduling's
+        r["same_batches_as_fcfs"] = schedules[r["policy"]] == schedules["fcfs"] if fcfs else None
     report = dict(run_info("offline_batch.py", argv, load_before),
                   job=dict(prompts=args.prompts, prompt_len=args.prompt_len, new_tokens=args.new_tokens,
                            model=cfg, shapes=shapes), repeats=args.repeats, rows=rows)
@@ -104,13 +110,14 @@ def main(argv=None) -> int:
              f"Same shapes for every policy (max_num_batched_tokens {args.max_num_batched_tokens}, "
              f"max_num_seqs {args.prompts}); `LLM` defaults otherwise (batch_mode on). Median of "
              f"{args.repeats} interleaved rounds.", "",
-             "| policy | median s | out tok/s | total tok/s | x fcfs | iterations (all passes) | same tokens |",
-             "|---|---|---|---|---|---|---|"]
+             "| policy | median s | out tok/s | total tok/s | x fcfs | iterations (all passes) | same tokens | "
+             "same batches as fcfs |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         x = f"{r['throughput_vs_fcfs']:.2f}" if r["throughput_vs_fcfs"] else "-"
+        same = "-" if r["same_batches_as_fcfs"] is None else ("yes" if r["same_batches_as_fcfs"] else "no")
         lines.append(f"| {r['policy']} | {r['median_s']:.2f} | {r['output_tokens_per_s']:.0f} | "
                      f"{r['total_tokens_per_s']:.0f} | {x} | {r['iterations']} | "
-                     f"{'yes' if r['same_tokens_as_first'] else 'NO'} |")
+                     f"{'yes' if r['same_tokens_as_first'] else 'NO'} | {same} |")
     write_results(args.out, name, report, lines)
     return 0
 

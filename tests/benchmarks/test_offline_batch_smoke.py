@@ -25,6 +25,7 @@ def test_offline_batch_small(tmp_path):
     report = json.loads((tmp_path / "out" / "offline_batch_small.json").read_text())
     rows = {row["policy"]: row for row in report["rows"]}
     assert set(rows) == {"slo", "fcfs"} and rows["fcfs"]["throughput_vs_fcfs"] == 1.0
+    assert rows["fcfs"]["same_batches_as_fcfs"] is True and isinstance(rows["slo"]["same_batches_as_fcfs"], bool)
     for row in rows.values():
         assert len(row["walls_s"]) == 2 and row["median_s"] > 0 and row["same_tokens_as_first"]
     assert "cores" in report["machine"] and (tmp_path / "out" / "offline_batch_small.md").is_file()
