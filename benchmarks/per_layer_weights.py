@@ -10,7 +10,8 @@ vocab 8192), seeded random float32 params on one device -> two of the engine's o
 `sharding.unstack_layers`'s per-layer buffers (what the executor runs on one CPU stage: a switch
 per projection picks layer l's own buffer) -> per batch, `--rounds` interleaved rounds of each
 (the KV cache donated and carried from call to call, as the engine does), median ms a tick, the
-ratio, and the largest difference between the two programs' logits -> results/NAME.json/.md
+ratio, the largest difference between the two programs' logits, and each program's compile
+time (lower + compile, this process's first) -> results/NAME.json/.md
 (default per_layer_weights_<platform>) with the machine and its load.
 
 Batches: dN = N decoding sequences, one token each at 544 positions of context (the offline job's
@@ -77,10 +78,13 @@ def main(argv=None) -> int:
     rows = []
     for spec in args.batches.split(","):
         inp, feed, prev, pages = _batch(spec)
-        steps, caches, logits = {}, {}, {}
+        steps, caches, logits, compile_s = {}, {}, {}, {}
         for name, (params, per_layer) in forms.items():
-            steps[name] = jax.jit(make_step(cfg, mesh, paged_attention_xla, 1, per_layer), donate_argnums=(1, 2))
             caches[name] = init_kv_cache(cfg, mesh, pages, PAGE, jnp.float32)
+            t0 = time.perf_counter()
+            steps[name] = jax.jit(make_step(cfg, mesh, paged_attention_xla, 1, per_layer), donate_argnums=(1, 2)).lower(
+                params, *caches[name], None, inp, feed, prev).compile()
+            compile_s[name] = time.perf_counter() - t0
             out, *caches[name], _ = steps[name](params, *caches[name], None, inp, feed, prev)
             logits[name] = np.asarray(out)
         diff = float(np.max(np.abs(logits["stacked"] - logits["per-layer"])))
@@ -94,8 +98,10 @@ def main(argv=None) -> int:
                 out.block_until_ready()
                 ms[name].append((time.perf_counter() - t0) / reps * 1e3)
         a, b = statistics.median(ms["stacked"]), statistics.median(ms["per-layer"])
-        rows.append(dict(batch=spec, stacked_ms=a, per_layer_ms=b, speedup=a / b, max_abs_diff=diff, rounds_ms=ms))
-        print(f"{spec}: stacked {a:.2f} ms, per-layer {b:.2f} ms ({a / b:.2f}x), logits max diff {diff:.1e}", flush=True)
+        rows.append(dict(batch=spec, stacked_ms=a, per_layer_ms=b, speedup=a / b, max_abs_diff=diff, rounds_ms=ms,
+                         compile_s=compile_s))
+        print(f"{spec}: stacked {a:.2f} ms, per-layer {b:.2f} ms ({a / b:.2f}x), logits max diff {diff:.1e}; "
+              f"compiled in {compile_s['stacked']:.1f} / {compile_s['per-layer']:.1f} s", flush=True)
     platform = jax.devices()[0].platform
     report = dict(run_info("per_layer_weights.py", argv, load_before), device=str(jax.devices()[0].device_kind),
                   config=LLAMA_31M, rounds=args.rounds, rows=rows)
@@ -104,11 +110,11 @@ def main(argv=None) -> int:
              f"one device, the engine's tick program (`make_step`, XLA paged attention, pages of {PAGE}) over the "
              f"stacked weights and over `sharding.unstack_layers`'s per-layer buffers. dN: N decodes at {CONTEXT} "
              f"positions of context; pN: one N-token prefill chunk. Median of {args.rounds} interleaved rounds.", "",
-             "| batch | stacked (ms a tick) | per-layer (ms a tick) | speed-up | logits max abs diff |",
-             "|---|---|---|---|---|"]
+             "| batch | stacked (ms a tick) | per-layer (ms a tick) | speed-up | logits max abs diff | "
+             "compile, stacked / per-layer (s) |", "|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['batch']} | {r['stacked_ms']:.2f} | {r['per_layer_ms']:.2f} | {r['speedup']:.2f}x | "
-                     f"{r['max_abs_diff']:.1e} |")
+                     f"{r['max_abs_diff']:.1e} | {r['compile_s']['stacked']:.1f} / {r['compile_s']['per-layer']:.1f} |")
     write_results(args.out, args.name or f"per_layer_weights_{platform}", report, lines)
     return 0
 

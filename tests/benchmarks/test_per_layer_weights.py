@@ -22,6 +22,7 @@ def test_both_forms_agree_and_the_report_is_written(tmp_path):
     assert [r["batch"] for r in report["rows"]] == ["d2", "p16"]
     for r in report["rows"]:
         assert r["max_abs_diff"] < 1e-5 and r["stacked_ms"] > 0 and r["per_layer_ms"] > 0
+        assert set(r["compile_s"]) == {"stacked", "per-layer"}
     assert "cores" in report["machine"] and (tmp_path / "plw.md").is_file()
 
 
