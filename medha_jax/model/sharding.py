@@ -223,8 +223,9 @@ def unstack_layers(params: dict[str, Any], cfg: LlamaConfig, mesh: Mesh) -> dict
     copies out before every projection (18 ms of an 83 ms decode step of the 31M Llama,
     benchmarks/results/per_layer_weights_cpu.md); `llama.run_layers` picks a layer's own buffers
     instead. Built once: the stacked arrays are released when the caller drops them."""
-    if layout(cfg, mesh).spp != 1:
-        raise ValueError(f"per-layer weight buffers need spp=1 (each stage holds a stack), got spp={layout(cfg, mesh).spp}")
+    spp = layout(cfg, mesh).spp
+    if spp != 1:
+        raise ValueError(f"per-layer weight buffers need spp=1 (each stage holds a stack), got spp={spp}")
     one = {k: NamedSharding(mesh, s) for k, s in _layer_specs().items()}
     L = cfg.num_layers
     split = jax.jit(lambda layers: [{k: a[i] for k, a in layers.items()} for i in range(L)],

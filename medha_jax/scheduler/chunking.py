@@ -8,9 +8,10 @@
 
 Used by the time-budget packer (Algorithm 2) and the prefill-time cache (Algorithm 3), so both
 make the same choice (`budget_chunk`). Candidates are the multiples of `chunk_granularity` from
-`min_chunk` up to min(max_chunk, limit), plus `limit` itself when it is the request's remainder (the last chunk is
-exact) or when there is no time budget (batch mode: the token cap's room, filled as FCFS fills it). Assumes time_of never decreases with n, except possibly where n reaches a multiple of
-`period` (the XLA attention runs a chunk's multiples of 128 tokens in wide tiles and the rest in
+`min_chunk` up to min(max_chunk, limit), plus `limit` itself when it is the request's remainder
+(the last chunk is exact) or when there is no time budget (batch mode: the token cap's room,
+filled as FCFS fills it). Assumes time_of never decreases with n, except possibly where n reaches
+a multiple of `period` (the XLA attention runs a chunk's multiples of 128 tokens in wide tiles and the rest in
 narrow ones, so 128 tokens can cost less than 96): then the search first finds the largest
 multiple of `period` that fits (times of those grow with n), and the answer lies below the next
 one, where times grow again. The search stops early at a candidate within `accept_within` of the
