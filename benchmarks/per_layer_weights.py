@@ -35,32 +35,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from dummy_models import LLAMA_31M  # noqa: E402
 from results_io import provenance, run_info, write_results  # noqa: E402
+from tick_batches import CONTEXT, PAGE, tick_batch  # noqa: E402
 
 from medha_jax.checkpoint.hf_config import parse_hf_config  # noqa: E402
 from medha_jax.mesh import make_mesh  # noqa: E402
-from medha_jax.model import init_kv_cache, make_inputs, sharding  # noqa: E402
+from medha_jax.model import init_kv_cache, sharding  # noqa: E402
 from medha_jax.model.init import init_params  # noqa: E402
 from medha_jax.model.pipeline_step import make_step  # noqa: E402
 from pallas_kernels.reference import paged_attention_xla  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
-PAGE, CONTEXT = 16, 544
-
-
-def _batch(spec: str):
-    """dN / pN -> (stacked tick inputs, feed_index, prev_tokens, pages the batch needs)."""
-    kind, n = spec[0], int(spec[1:])
-    if kind == "d":
-        per = -(-(CONTEXT + 1) // PAGE)
-        seqs = [([300 + s], CONTEXT, list(range(s * per, (s + 1) * per))) for s in range(n)]
-    elif kind == "p":
-        seqs = [(list(range(256, 256 + n)), 0, list(range(-(-n // PAGE))))]
-    else:
-        raise ValueError(f"batch {spec!r}: want dN (decodes) or pN (a prefill chunk)")
-    inp = make_inputs(seqs, PAGE)
-    pages = sum(len(s[2]) for s in seqs)
-    T = inp.token_ids.shape[-1]
-    return jax.tree.map(lambda a: a[None], inp), -jnp.ones((1, T), jnp.int32), jnp.zeros((n,), jnp.int32), pages
 
 
 def main(argv=None) -> int:
@@ -77,7 +61,7 @@ def main(argv=None) -> int:
     forms = {"stacked": (stacked, False), "per-layer": (sharding.unstack_layers(stacked, cfg, mesh), True)}
     rows = []
     for spec in args.batches.split(","):
-        inp, feed, prev, pages = _batch(spec)
+        inp, feed, prev, pages = tick_batch(spec)
         steps, caches, logits, compile_s = {}, {}, {}, {}
         for name, (params, per_layer) in forms.items():
             caches[name] = init_kv_cache(cfg, mesh, pages, PAGE, jnp.float32)

@@ -75,7 +75,7 @@ def paged_attention_reference(q, k_pages, v_pages, page_table, cu_q_lens, q_offs
 
 
 def paged_attention_xla(
-    q, k_pages, v_pages, page_table, cu_q_lens, q_offsets, kv_lens, *, scale, block_pages: int = 8,
+    q, k_pages, v_pages, page_table, cu_q_lens, q_offsets, kv_lens, *, scale, block_pages: int | None = None,
     prefill_block_pages: int = 16, block_q: int | None = None, small_block_q: int | None = None,
     k_scales=None, v_scales=None,
 ):
@@ -86,10 +86,12 @@ def paged_attention_xla(
     (default XLA_BLOCK_Q) over the whole multiples of block_q, then tiles of `small_block_q`
     (default XLA_SMALL_BLOCK_Q) over the rest, so a short chunk pays for at most small_block_q - 1
     padding rows, not block_q - 1. Decodes (q_len == 1) run together, one gathered block of
-    `block_pages` pages per sequence per step, up to the longest decode frontier. The defaults are
-    the fastest measured on a CPU (`benchmarks/results/xla_attention_tiles_cpu.md`): large tiles
+    `block_pages` pages per sequence per step (default: XLA_DECODE_BLOCK_KEYS keys' worth, at least
+    one page), up to the longest decode frontier. The defaults are the fastest measured on a CPU
+    (`benchmarks/results/xla_attention_tiles_cpu.md`, `decode_block_keys_cpu_run1.md`): large tiles
     amortise each loop step's gather and bookkeeping, while decodes keep small blocks because every
-    sequence slot walks up to the longest decode.
+    sequence slot walks up to the longest decode and a small block's gathered keys stay in cache
+    for the two dots that read them.
     """
     kv_quant.check_scales(k_pages, k_scales, v_scales)
     kv = _Pages(k_pages, v_pages, k_scales, v_scales)
@@ -101,6 +103,8 @@ def paged_attention_xla(
     qg = q.reshape(T, KVH, G, Dh).astype(jnp.float32) * scale  # qg: f32[T, KVH, G, Dh]
     q_len = cu_q_lens[1:] - cu_q_lens[:-1]
     seq, _ = _token_rows(cu_q_lens, q_offsets, kv_lens, T)
+    if block_pages is None:
+        block_pages = max(1, XLA_DECODE_BLOCK_KEYS // page)
     bpp, bpd = min(prefill_block_pages, P), min(block_pages, P)
     big = XLA_BLOCK_Q if block_q is None else block_q
     small = min(big, XLA_SMALL_BLOCK_Q if small_block_q is None else small_block_q)
@@ -150,6 +154,7 @@ class _Pages:
 
 XLA_BLOCK_Q = 128  # query tokens per prefill tile of the XLA path (scheduler.attention_tiling.Tiling.tile_q)
 XLA_SMALL_BLOCK_Q = 32  # ... per tile over a chunk's last chunk_len % XLA_BLOCK_Q tokens (Tiling.small_tile_q)
+XLA_DECODE_BLOCK_KEYS = 64  # keys per block of the decode loop, in whole pages (Tiling.decode_block_keys)
 
 
 def _online_step(carry, s, mask, v):

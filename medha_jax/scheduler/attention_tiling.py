@@ -24,7 +24,7 @@ from dataclasses import dataclass
 # The XLA backend's defaults, restated here so the scheduler stays free of JAX imports
 # (tests/scheduler/test_predictor.py checks they agree with pallas_kernels.reference)
 PREFILL_BLOCK_PAGES = 16  # pages per key block of a prefill tile (paged_attention_xla prefill_block_pages)
-DECODE_BLOCK_PAGES = 8  # pages per key block of the decode loop (paged_attention_xla block_pages)
+DECODE_BLOCK_KEYS = 64  # keys per block of the decode loop, whole pages (reference.XLA_DECODE_BLOCK_KEYS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +36,7 @@ class Tiling:
     small_tile_q: int = 32
     """... per tile over a chunk's last q % tile_q tokens (reference.XLA_SMALL_BLOCK_Q)."""
     prefill_block_keys: int = PREFILL_BLOCK_PAGES * 16
-    decode_block_keys: int = DECODE_BLOCK_PAGES * 16
+    decode_block_keys: int = DECODE_BLOCK_KEYS
     min_table_keys: int = 8 * 16
     """Keys of the narrowest page table (smallest page bucket x page size): a block is no wider."""
     min_seq_slots: int = 4
@@ -45,7 +45,8 @@ class Tiling:
     @classmethod
     def for_engine(cls, page_size: int, min_pages: int, min_seqs: int) -> "Tiling":
         """min_pages / min_seqs: the smallest page-table and sequence buckets (executor.ladders)."""
-        return cls(prefill_block_keys=PREFILL_BLOCK_PAGES * page_size, decode_block_keys=DECODE_BLOCK_PAGES * page_size,
+        decode_pages = max(1, DECODE_BLOCK_KEYS // page_size)  # as the backend rounds it
+        return cls(prefill_block_keys=PREFILL_BLOCK_PAGES * page_size, decode_block_keys=decode_pages * page_size,
                    min_table_keys=min_pages * page_size, min_seq_slots=min_seqs)
 
     @classmethod

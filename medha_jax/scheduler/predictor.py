@@ -288,7 +288,7 @@ class RuntimePredictor:
         if tiling is not None and measured != tiling:
             if any(coef.get(f) for f in TILED_FEATURES):
                 raise StaleProfileError(f"{path} was measured with attention loops {measured}, this engine runs "
-                                        f"{tiling} (page size or smallest buckets changed)")
+                                        f"{tiling} (page size, smallest buckets or the backend's key blocks changed)")
             measured = tiling  # no tiled terms: the coefficients mean the same on any tiling
         return cls(coef, key=key, tiling=measured, ema_alpha=ema_alpha, fit_info=data.get("fit"))
 

@@ -28,4 +28,4 @@ def test_both_forms_agree_and_the_report_is_written(tmp_path):
 
 def test_a_batch_it_does_not_know_is_refused():
     with pytest.raises(ValueError, match="want dN"):
-        per_layer_weights._batch("x4")
+        per_layer_weights.tick_batch("x4")

@@ -26,10 +26,10 @@ def test_feature_sums_split_decodes_and_chunks():
     # max context: the (1, 100) decode sees 101 keys; the (20, 30) chunk 50
     # tile work: one whole 32-token tile each (none reaches a 128-token tile), over one whole
     # 128-key block (page tables this short are 8 pages wide): (10, 0), (20, 30), (1, 0)
-    # decode span: 5 sequences take 8 slots, each walking the longest decode's 100 keys in blocks of 128
+    # decode span: 5 sequences take 8 slots, each walking the longest decode's 100 keys in blocks of 64
     assert feature_sums(comp) == [1.0, 33, 20 * 30, 100 + 400 + 1, 2, 150, 33 * 33, 33 * 101,
                                   0, 8 * 128, 3 * 32 * 128]
-    assert feature_sums(Composition.of([(1, 300)]))[9] == 4 * 384  # at least 4 slots; 3 blocks of 128
+    assert feature_sums(Composition.of([(1, 300)]))[9] == 4 * 320  # at least 4 slots; 5 blocks of 64
     # 300 tokens after 1000: 128-token tiles end at 1128, 1256 keys (5 + 5 blocks of 256), then
     # 32-token tiles over the last 44 tokens end at 1288, 1300 (6 + 6 blocks)
     t = Tiling()
@@ -74,11 +74,11 @@ def test_feature_sums_match_a_per_pair_reference_sum():
 
 def test_the_tiling_follows_the_engine_shapes():
     """64-token pages and a 16-sequence smallest bucket (the convoy benchmark's engine): key blocks
-    of 16 x 64 for prefill tiles and 8 x 64 for decodes, tables never narrower than the smallest
+    of 16 x 64 for prefill tiles and one 64-key page for decodes, tables never narrower than the smallest
     page bucket, and a lone decode still walks 16 slots (measured: one decode over 16K keys took
     37 ms, sixteen 40 ms)."""
     t = Tiling.for_engine(page_size=64, min_pages=512, min_seqs=16)
-    assert (t.prefill_block_keys, t.decode_block_keys, t.min_table_keys, t.min_seq_slots) == (1024, 512, 32768, 16)
+    assert (t.prefill_block_keys, t.decode_block_keys, t.min_table_keys, t.min_seq_slots) == (1024, 64, 32768, 16)
     assert tile_work(t, 16, 300) == (0.0, 32 * 1024)  # one narrow tile, one whole block
     assert tile_work(t, 128, 3000) == (128 * 4 * 1024, 0.0)  # one wide tile up to 3128 keys: 4 blocks
     one, sixteen = (feature_sums(Composition.of([(1, 16384)] * d), t)[9] for d in (1, 16))

@@ -1,0 +1,112 @@
+"""The engine's tick with the XLA decode loop's key blocks of different widths, side by side.
+
+    python benchmarks/decode_block_keys.py                     # 128 (before), 64 (default), 32 keys
+    python benchmarks/decode_block_keys.py --block-keys 128,64 --batches d16,d64@2000 --rounds 9
+
+Data flow: the 31M benchmark Llama (`dummy_models.LLAMA_31M`: 8 layers, D 512, F 1536, GQA 8:2,
+vocab 8192), seeded random float32 params on one device, split into per-layer buffers as the
+executor runs them on one CPU stage -> one of the engine's tick programs (`pipeline_step.make_step`)
+per block width, each with `paged_attention_xla(block_pages=keys // page)` -> per batch
+(`tick_batches.py`: dN@C = N decodes at C positions of context, pN = a prefill chunk, which the
+decode block does not touch), `--rounds` interleaved rounds of every program (the KV cache donated
+and carried from call to call, as the engine does), median ms a tick, each width's time over the
+first's, and the largest difference of its logits from the first's -> results/NAME.json/.md
+(default decode_block_keys_<platform>) with the machine and its load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from dummy_models import LLAMA_31M  # noqa: E402
+from results_io import provenance, run_info, write_results  # noqa: E402
+from tick_batches import PAGE, tick_batch  # noqa: E402
+
+from medha_jax.checkpoint.hf_config import parse_hf_config  # noqa: E402
+from medha_jax.mesh import make_mesh  # noqa: E402
+from medha_jax.model import init_kv_cache, sharding  # noqa: E402
+from medha_jax.model.init import init_params  # noqa: E402
+from medha_jax.model.pipeline_step import make_step  # noqa: E402
+from pallas_kernels.reference import paged_attention_xla  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--block-keys", default="128,64,32", help="decode key-block widths, multiples of the page (16)")
+    ap.add_argument("--batches", default="d1,d16,d64,d256@600,d64@2000,d16@4096,d1@16384,p512")
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--name", default=None, help="default decode_block_keys_<platform>")
+    args = ap.parse_args(argv)
+    widths = [int(k) for k in args.block_keys.split(",")]
+    if any(k < PAGE or k % PAGE for k in widths):
+        ap.error(f"--block-keys {args.block_keys}: every width must be a positive multiple of the page ({PAGE})")
+    load_before = os.getloadavg()
+    cfg = parse_hf_config(LLAMA_31M)
+    mesh = make_mesh({"tp": 1}, devices=jax.devices()[:1])
+    params = sharding.unstack_layers(init_params(cfg, mesh, seed=0), cfg, mesh)
+    rows = []
+    for spec in args.batches.split(","):
+        inp, feed, prev, pages = tick_batch(spec)
+        steps, caches, logits = {}, {}, {}
+        for k in widths:
+            attention = functools.partial(paged_attention_xla, block_pages=k // PAGE)
+            caches[k] = init_kv_cache(cfg, mesh, pages, PAGE, jnp.float32)
+            steps[k] = jax.jit(make_step(cfg, mesh, attention, 1, True), donate_argnums=(1, 2)).lower(
+                params, *caches[k], None, inp, feed, prev).compile()
+            out, *caches[k], _ = steps[k](params, *caches[k], None, inp, feed, prev)
+            logits[k] = np.asarray(out)
+        reps = 10 if spec[0] == "d" else 2
+        ms: dict[int, list[float]] = {k: [] for k in widths}
+        for _ in range(args.rounds):
+            for k in widths:
+                t0 = time.perf_counter()
+                for _ in range(reps):
+                    out, *caches[k], _ = steps[k](params, *caches[k], None, inp, feed, prev)
+                out.block_until_ready()
+                ms[k].append((time.perf_counter() - t0) / reps * 1e3)
+        med = {k: statistics.median(v) for k, v in ms.items()}
+        first = widths[0]
+        rows.append(dict(batch=spec, median_ms={str(k): med[k] for k in widths},
+                         vs_first={str(k): med[k] / med[first] for k in widths},
+                         max_abs_diff={str(k): float(np.max(np.abs(logits[k] - logits[first]))) for k in widths},
+                         rounds_ms={str(k): v for k, v in ms.items()}))
+        print(f"{spec}: " + ", ".join(f"{k} keys {med[k]:.2f} ms ({med[k] / med[first]:.2f}x)" for k in widths),
+              flush=True)
+    platform = jax.devices()[0].platform
+    report = dict(run_info("decode_block_keys.py", argv, load_before), device=str(jax.devices()[0].device_kind),
+                  config=LLAMA_31M, rounds=args.rounds, block_keys=widths, rows=rows)
+    lines = [f"# The tick with decode key blocks of {', '.join(map(str, widths))} keys (XLA:{platform.upper()}, "
+             f"{report['device']})", "",
+             f"{provenance(report)} The 31M benchmark Llama (8 layers, D 512, F 1536, GQA 8:2, vocab 8192), float32, "
+             f"one device, per-layer weight buffers, the engine's tick program (`make_step`, XLA paged attention, "
+             f"pages of {PAGE}) with the decode loop's key block at each width. dN@C: N decodes at C positions of "
+             f"context (544 when not given); pN: one N-token prefill chunk (the decode block does not apply). "
+             f"Median of {args.rounds} interleaved rounds; time and logits compared with the first width.", "",
+             "| batch | " + " | ".join(f"{k} keys (ms a tick)" for k in widths) + " | "
+             + " | ".join(f"{k} / {widths[0]}" for k in widths[1:]) + " | logits max abs diff |",
+             "|---|" + "---|" * (2 * len(widths))]
+    for r in rows:
+        lines.append(f"| {r['batch']} | " + " | ".join(f"{r['median_ms'][str(k)]:.2f}" for k in widths) + " | "
+                     + " | ".join(f"{r['vs_first'][str(k)]:.2f}x" for k in widths[1:]) + " | "
+                     + f"{max(r['max_abs_diff'].values()):.1e} |")
+    write_results(args.out, args.name or f"decode_block_keys_{platform}", report, lines)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

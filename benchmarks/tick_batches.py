@@ -1,0 +1,47 @@
+"""Batches for benchmarks that time the engine's tick program directly (`pipeline_step.make_step`).
+
+  spec "dN" / "dN@C" / "pN" --tick_batch--> (stacked ModelInputs, feed_index, prev_tokens, pages)
+
+dN: N decoding sequences, one token each at C positions of context (default 544, the offline
+job's middle), each sequence on its own run of pages; pN: one N-token prefill chunk at position 0.
+Tokens, sequence slots and page-table columns are padded as the engine buckets them (powers of
+two, at least the default smallest buckets): one decode runs in 4 sequence slots and 16 token
+slots, as it does when served (unpadded, one slot ran decode attention ~3x slower per key than
+four on XLA:CPU). Shared by `per_layer_weights.py` and `decode_block_keys.py`.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from medha_jax.model import make_inputs
+
+PAGE, CONTEXT = 16, 544
+MIN_TOKENS, MIN_SEQS, MIN_PAGES = 16, 4, 8  # EngineConfig's smallest buckets
+
+
+def _bucket(n: int, least: int) -> int:
+    return max(least, 1 << max(n - 1, 0).bit_length())
+
+
+def tick_batch(spec: str, page: int = PAGE):
+    """spec -> (tick inputs with a leading stage axis, feed_index, prev_tokens, pages the batch needs)."""
+    kind, (n_text, _, ctx_text) = spec[:1], spec[1:].partition("@")
+    try:
+        n, context = int(n_text), int(ctx_text) if ctx_text else CONTEXT
+    except ValueError:
+        n = context = 0
+    if kind == "d" and n > 0 and context >= 0:
+        per = -(-(context + 1) // page)
+        seqs = [([300 + s], context, list(range(s * per, (s + 1) * per))) for s in range(n)]
+    elif kind == "p" and n > 0 and not ctx_text:
+        seqs = [(list(range(256, 256 + n)), 0, list(range(-(-n // page))))]
+    else:
+        raise ValueError(f"batch {spec!r}: want dN or dN@CONTEXT (decodes) or pN (a prefill chunk)")
+    width, slots = max(len(s[2]) for s in seqs), _bucket(len(seqs), MIN_SEQS)
+    inp = make_inputs(seqs, page, pad_tokens=_bucket(sum(len(s[0]) for s in seqs), MIN_TOKENS),
+                      pad_seqs=slots, pad_pages=_bucket(width, MIN_PAGES))
+    pages = sum(len(s[2]) for s in seqs)
+    T = inp.token_ids.shape[-1]
+    return jax.tree.map(lambda a: a[None], inp), -jnp.ones((1, T), jnp.int32), jnp.zeros((slots,), jnp.int32), pages
