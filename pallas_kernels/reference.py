@@ -20,9 +20,10 @@ Two implementations with the same signature:
   masked softmax. Obviously right; memory grows with T * P * page_size. For tests.
 - `paged_attention_xla`: the engine's XLA backend. Walks KV in blocks of pages with an online
   softmax. Prefill chunks go tile by tile (128 tokens of one sequence share each gathered block
-  of 16 pages, 32-token tiles take what is left of a chunk, and a tile stops at its own causal
-  frontier); decodes go together (one gathered block per sequence per step, up to the longest
-  decode frontier). No per-token KV gathers.
+  of 16 pages, 32-token tiles take what is left of a chunk, a tile stops at its own causal
+  frontier, and the blocks below its first row's frontier skip the causal mask); decodes go
+  together (one gathered block per sequence per step, up to the longest decode frontier). No
+  per-token KV gathers.
 """
 
 from __future__ import annotations
@@ -161,7 +162,8 @@ def _online_step(carry, s, mask, v):
     """One KV block of online softmax. s: f32[..., J] scores, mask: bool broadcastable to s,
     v: f32[..., J, Dh] (already laid out to contract with s) -> new (m, l, acc)."""
     m, l, acc = carry
-    s = jnp.where(mask, s, NEG_INF)
+    if mask is not None:  # None: every key of the block is visible to every row
+        s = jnp.where(mask, s, NEG_INF)
     m_new = jnp.maximum(m, jnp.max(s, axis=-1))
     m_safe = jnp.where(jnp.isfinite(m_new), m_new, 0.0)
     p = jnp.exp(s - m_safe[..., None])  # masked scores give exp(-inf) = 0
@@ -199,21 +201,25 @@ def _xla_prefill_tiles(q_pad, kv: _Pages, table, cu_q_lens, q_offsets, kv_lens, 
         lim_rows = jnp.repeat(lim, G)  # lim_rows: i32[BQ*G]
         row = table[s]
 
-        def block_step(b, c):
+        def block_step(masked, b, c):
             cols = jax.lax.dynamic_slice_in_dim(row, b * bp, bp)  # cols: i32[bp]
             k, v, ks, vs = kv.block(cols)  # k, v: f32[block, KVH, Dh]; ks, vs: f32[block, KVH] or None
             k, v = k.transpose(1, 0, 2), v.transpose(1, 0, 2)  # k: f32[KVH, block, Dh]
             sc = jnp.einsum("kmd,kjd->kmj", qf, k)  # sc: f32[KVH, BQ*G, block]
             if ks is not None:
                 sc = sc * ks.T[:, None, :]
-            mask = (b * block + jnp.arange(block))[None, :] < lim_rows[:, None]  # mask: bool[BQ*G, block]
+            mask = ((b * block + jnp.arange(block))[None, :] < lim_rows[:, None])[None] if masked else None
             pv = (lambda p: jnp.einsum("kmj,kjd->kmd", p, v)) if vs is None else (
                 lambda p: jnp.einsum("kmj,kjd->kmd", p * vs.T[:, None, :], v))
-            return _online_step(c, sc, mask[None], pv)
+            return _online_step(c, sc, mask, pv)
 
         c0 = (jnp.full((KVH, BQ * G), NEG_INF, jnp.float32), jnp.zeros((KVH, BQ * G), jnp.float32),
               jnp.zeros((KVH, BQ * G, Dh), jnp.float32))
-        o_t, lse_t = _finish(*jax.lax.fori_loop(0, (jnp.max(lim) + block - 1) // block, block_step, c0))
+        # blocks below the tile's first row's frontier are whole for every row: no mask
+        full = jnp.min(lim) // block
+        c = jax.lax.fori_loop(0, full, functools.partial(block_step, False), c0)
+        o_t, lse_t = _finish(*jax.lax.fori_loop(full, (jnp.max(lim) + block - 1) // block,
+                                                functools.partial(block_step, True), c))
         o_t = o_t.reshape(KVH, BQ, G, Dh).transpose(1, 0, 2, 3)  # o_t: f32[BQ, KVH, G, Dh]
         lse_t = lse_t.reshape(KVH, BQ, G).transpose(1, 0, 2)  # lse_t: f32[BQ, KVH, G]
         mine = (jnp.arange(BQ) < hi[s] - k0)[:, None, None]  # rows past the range keep old values
