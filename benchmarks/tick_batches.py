@@ -6,8 +6,8 @@ dN: N decoding sequences, one token each at C positions of context (default 544,
 job's middle), each sequence on its own run of pages; pN: one N-token prefill chunk at position 0.
 Tokens, sequence slots and page-table columns are padded as the engine buckets them (powers of
 two, at least the default smallest buckets): one decode runs in 4 sequence slots and 16 token
-slots, as it does when served (unpadded, one slot ran decode attention ~3x slower per key than
-four on XLA:CPU). Shared by `per_layer_weights.py` and `decode_block_keys.py`.
+slots, as it does when served (unpadded, one slot ran the tick ~6x slower than the same decode in
+four slots on XLA:CPU, 791 vs 137 ms at 16384 keys). Shared by `per_layer_weights.py` and `decode_block_keys.py`.
 """
 
 from __future__ import annotations

@@ -159,8 +159,8 @@ XLA_DECODE_BLOCK_KEYS = 64  # keys per block of the decode loop, in whole pages 
 
 
 def _online_step(carry, s, mask, v):
-    """One KV block of online softmax. s: f32[..., J] scores, mask: bool broadcastable to s,
-    v: f32[..., J, Dh] (already laid out to contract with s) -> new (m, l, acc)."""
+    """One KV block of online softmax. s: f32[..., J] scores, mask: bool broadcastable to s (None:
+    nothing masked), v: f32[..., J, Dh] (already laid out to contract with s) -> new (m, l, acc)."""
     m, l, acc = carry
     if mask is not None:  # None: every key of the block is visible to every row
         s = jnp.where(mask, s, NEG_INF)
@@ -208,6 +208,7 @@ def _xla_prefill_tiles(q_pad, kv: _Pages, table, cu_q_lens, q_offsets, kv_lens, 
             sc = jnp.einsum("kmd,kjd->kmj", qf, k)  # sc: f32[KVH, BQ*G, block]
             if ks is not None:
                 sc = sc * ks.T[:, None, :]
+            # mask: bool[1, BQ*G, block], or None below the tile's first row's frontier
             mask = ((b * block + jnp.arange(block))[None, :] < lim_rows[:, None])[None] if masked else None
             pv = (lambda p: jnp.einsum("kmj,kjd->kmd", p, v)) if vs is None else (
                 lambda p: jnp.einsum("kmj,kjd->kmd", p * vs.T[:, None, :], v))

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # The XLA backend's defaults, restated here so the scheduler stays free of JAX imports
-# (tests/scheduler/test_predictor.py checks they agree with pallas_kernels.reference)
+# (tests/kernels/test_xla_backend.py checks they agree with pallas_kernels.reference)
 PREFILL_BLOCK_PAGES = 16  # pages per key block of a prefill tile (paged_attention_xla prefill_block_pages)
 DECODE_BLOCK_KEYS = 64  # keys per block of the decode loop, whole pages (reference.XLA_DECODE_BLOCK_KEYS)
 
