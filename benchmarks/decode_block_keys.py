@@ -21,24 +21,21 @@ import functools
 import os
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from dummy_models import LLAMA_31M  # noqa: E402
 from results_io import provenance, run_info, write_results  # noqa: E402
-from tick_batches import PAGE, tick_batch  # noqa: E402
+from tick_batches import PAGE, time_ticks  # noqa: E402
 
 from medha_jax.checkpoint.hf_config import parse_hf_config  # noqa: E402
 from medha_jax.mesh import make_mesh  # noqa: E402
-from medha_jax.model import init_kv_cache, sharding  # noqa: E402
+from medha_jax.model import sharding  # noqa: E402
 from medha_jax.model.init import init_params  # noqa: E402
-from medha_jax.model.pipeline_step import make_step  # noqa: E402
 from pallas_kernels.reference import paged_attention_xla  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -59,26 +56,12 @@ def main(argv=None) -> int:
     cfg = parse_hf_config(LLAMA_31M)
     mesh = make_mesh({"tp": 1}, devices=jax.devices()[:1])
     params = sharding.unstack_layers(init_params(cfg, mesh, seed=0), cfg, mesh)
+    programs = {k: (params, functools.partial(paged_attention_xla, block_pages=k // PAGE), True) for k in widths}
     rows = []
     for spec in args.batches.split(","):
-        inp, feed, prev, pages = tick_batch(spec)
-        steps, caches, logits = {}, {}, {}
-        for k in widths:
-            attention = functools.partial(paged_attention_xla, block_pages=k // PAGE)
-            caches[k] = init_kv_cache(cfg, mesh, pages, PAGE, jnp.float32)
-            steps[k] = jax.jit(make_step(cfg, mesh, attention, 1, True), donate_argnums=(1, 2)).lower(
-                params, *caches[k], None, inp, feed, prev).compile()
-            out, *caches[k], _ = steps[k](params, *caches[k], None, inp, feed, prev)
-            logits[k] = np.asarray(out)
-        reps = 10 if spec[0] == "d" else 2
-        ms: dict[int, list[float]] = {k: [] for k in widths}
-        for _ in range(args.rounds):
-            for k in widths:
-                t0 = time.perf_counter()
-                for _ in range(reps):
-                    out, *caches[k], _ = steps[k](params, *caches[k], None, inp, feed, prev)
-                out.block_until_ready()
-                ms[k].append((time.perf_counter() - t0) / reps * 1e3)
+        res = time_ticks(programs, spec, cfg, mesh, args.rounds, reps=10 if spec[0] == "d" else 2)
+        ms = {k: res[k]["ms"] for k in widths}
+        logits = {k: res[k]["logits"] for k in widths}
         med = {k: statistics.median(v) for k, v in ms.items()}
         first = widths[0]
         rows.append(dict(batch=spec, median_ms={str(k): med[k] for k in widths},

@@ -24,24 +24,21 @@ import argparse
 import os
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from dummy_models import LLAMA_31M  # noqa: E402
 from results_io import provenance, run_info, write_results  # noqa: E402
-from tick_batches import CONTEXT, PAGE, tick_batch  # noqa: E402
+from tick_batches import CONTEXT, PAGE, time_ticks  # noqa: E402
 
 from medha_jax.checkpoint.hf_config import parse_hf_config  # noqa: E402
 from medha_jax.mesh import make_mesh  # noqa: E402
-from medha_jax.model import init_kv_cache, sharding  # noqa: E402
+from medha_jax.model import sharding  # noqa: E402
 from medha_jax.model.init import init_params  # noqa: E402
-from medha_jax.model.pipeline_step import make_step  # noqa: E402
 from pallas_kernels.reference import paged_attention_xla  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -58,29 +55,14 @@ def main(argv=None) -> int:
     cfg = parse_hf_config(LLAMA_31M)
     mesh = make_mesh({"tp": 1}, devices=jax.devices()[:1])
     stacked = init_params(cfg, mesh, seed=0)
-    forms = {"stacked": (stacked, False), "per-layer": (sharding.unstack_layers(stacked, cfg, mesh), True)}
+    forms = {"stacked": (stacked, paged_attention_xla, False),
+             "per-layer": (sharding.unstack_layers(stacked, cfg, mesh), paged_attention_xla, True)}
     rows = []
     for spec in args.batches.split(","):
-        inp, feed, prev, pages = tick_batch(spec)
-        steps, caches, logits, compile_s = {}, {}, {}, {}
-        for name, (params, per_layer) in forms.items():
-            caches[name] = init_kv_cache(cfg, mesh, pages, PAGE, jnp.float32)
-            t0 = time.perf_counter()
-            steps[name] = jax.jit(make_step(cfg, mesh, paged_attention_xla, 1, per_layer), donate_argnums=(1, 2)).lower(
-                params, *caches[name], None, inp, feed, prev).compile()
-            compile_s[name] = time.perf_counter() - t0
-            out, *caches[name], _ = steps[name](params, *caches[name], None, inp, feed, prev)
-            logits[name] = np.asarray(out)
-        diff = float(np.max(np.abs(logits["stacked"] - logits["per-layer"])))
-        reps = 20 if spec[0] == "d" else 2
-        ms: dict[str, list[float]] = {k: [] for k in forms}
-        for _ in range(args.rounds):
-            for name, (params, _) in forms.items():
-                t0 = time.perf_counter()
-                for _ in range(reps):
-                    out, *caches[name], _ = steps[name](params, *caches[name], None, inp, feed, prev)
-                out.block_until_ready()
-                ms[name].append((time.perf_counter() - t0) / reps * 1e3)
+        res = time_ticks(forms, spec, cfg, mesh, args.rounds, reps=20 if spec[0] == "d" else 2)
+        diff = float(np.max(np.abs(res["stacked"]["logits"] - res["per-layer"]["logits"])))
+        ms = {name: r["ms"] for name, r in res.items()}
+        compile_s = {name: r["compile_s"] for name, r in res.items()}
         a, b = statistics.median(ms["stacked"]), statistics.median(ms["per-layer"])
         rows.append(dict(batch=spec, stacked_ms=a, per_layer_ms=b, speedup=a / b, max_abs_diff=diff, rounds_ms=ms,
                          compile_s=compile_s))

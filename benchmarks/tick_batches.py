@@ -1,6 +1,9 @@
-"""Batches for benchmarks that time the engine's tick program directly (`pipeline_step.make_step`).
+"""Batches, and the timing loop, for benchmarks that time the engine's tick program directly
+(`pipeline_step.make_step`).
 
   spec "dN" / "dN@C" / "pN" --tick_batch--> (stacked ModelInputs, feed_index, prev_tokens, pages)
+  {name: (params, attention_fn, per_layer)} + a batch --time_ticks--> per program: compile seconds,
+      first logits, ms a tick in each of `rounds` interleaved rounds (KV cache donated and carried)
 
 dN: N decoding sequences, one token each at C positions of context (default 544, the offline
 job's middle), each sequence on its own run of pages; pN: one N-token prefill chunk at position 0.
@@ -12,10 +15,14 @@ four slots on XLA:CPU, 791 vs 137 ms at 16384 keys). Shared by `per_layer_weight
 
 from __future__ import annotations
 
+import time
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from medha_jax.model import make_inputs
+from medha_jax.model import init_kv_cache, make_inputs
+from medha_jax.model.pipeline_step import make_step
 
 PAGE, CONTEXT = 16, 544
 MIN_TOKENS, MIN_SEQS, MIN_PAGES = 16, 4, 8  # EngineConfig's smallest buckets
@@ -45,3 +52,28 @@ def tick_batch(spec: str, page: int = PAGE):
     pages = sum(len(s[2]) for s in seqs)
     T = inp.token_ids.shape[-1]
     return jax.tree.map(lambda a: a[None], inp), -jnp.ones((1, T), jnp.int32), jnp.zeros((slots,), jnp.int32), pages
+
+
+def time_ticks(programs: dict, spec: str, cfg, mesh, rounds: int, reps: int) -> dict:
+    """programs: {name: (params, attention_fn, per_layer)}, each compiled as the engine's one-stage
+    tick over the batch `spec` with its own KV cache -> {name: dict(compile_s, logits (the first
+    call's), ms: [ms a tick in each round])}; every round times each program over `reps` calls in
+    turn (interleaved, so drifts in machine speed hit all alike)."""
+    inp, feed, prev, pages = tick_batch(spec)
+    steps, caches, res = {}, {}, {}
+    for name, (params, attention, per_layer) in programs.items():
+        caches[name] = init_kv_cache(cfg, mesh, pages, PAGE, jnp.float32)
+        t0 = time.perf_counter()
+        steps[name] = jax.jit(make_step(cfg, mesh, attention, 1, per_layer), donate_argnums=(1, 2)).lower(
+            params, *caches[name], None, inp, feed, prev).compile()
+        compile_s = time.perf_counter() - t0
+        out, *caches[name], _ = steps[name](params, *caches[name], None, inp, feed, prev)
+        res[name] = dict(compile_s=compile_s, logits=np.asarray(out), ms=[])
+    for _ in range(rounds):
+        for name, (params, _, _) in programs.items():
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                out, *caches[name], _ = steps[name](params, *caches[name], None, inp, feed, prev)
+            out.block_until_ready()
+            res[name]["ms"].append((time.perf_counter() - t0) / reps * 1e3)
+    return res

@@ -13,6 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 import per_layer_weights  # noqa: E402
+import tick_batches  # noqa: E402
 
 
 def test_both_forms_agree_and_the_report_is_written(tmp_path):
@@ -28,4 +29,4 @@ def test_both_forms_agree_and_the_report_is_written(tmp_path):
 
 def test_a_batch_it_does_not_know_is_refused():
     with pytest.raises(ValueError, match="want dN"):
-        per_layer_weights.tick_batch("x4")
+        tick_batches.tick_batch("x4")
