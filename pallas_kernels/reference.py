@@ -244,12 +244,17 @@ def _xla_decodes(qg, kv: _Pages, table, cu_q_lens, q_offsets, kv_lens, bp):
     def block_step(b, c):
         cols = jax.lax.dynamic_slice_in_dim(table, b * bp, bp, axis=1)  # cols: i32[S, bp]
         k, v, ks, vs = kv.block(cols)  # k, v: f32[S, block, KVH, Dh]; ks, vs: f32[S, block, KVH] or None
-        sc = jnp.einsum("skgd,sjkd->skgj", qd, k)  # sc: f32[S, KVH, G, block]
+        sc = jnp.sum(k[:, :, :, None, :] * qd[:, None], axis=-1)  # sc: f32[S, block, KVH, G]
         if ks is not None:
-            sc = sc * ks.transpose(0, 2, 1)[:, :, None, :]
+            sc = sc * ks[..., None]
+        sc = sc.transpose(0, 2, 3, 1)  # sc: f32[S, KVH, G, block]
         mask = (b * block + jnp.arange(block))[None, :] < lim[:, None]  # mask: bool[S, block]
-        pv = (lambda p: jnp.einsum("skgj,sjkd->skgd", p, v)) if vs is None else (
-            lambda p: jnp.einsum("skgj,sjkd->skgd", p * vs.transpose(0, 2, 1)[:, :, None, :], v))
+
+        def pv(p):  # p: f32[S, KVH, G, block] -> f32[S, KVH, G, Dh]
+            pj = p.transpose(0, 3, 1, 2)  # pj: f32[S, block, KVH, G]
+            if vs is not None:
+                pj = pj * vs[..., None]
+            return jnp.sum(pj[..., None] * v[:, :, :, None, :], axis=1)
         return _online_step(c, sc, mask[:, None, None, :], pv)
 
     c0 = (jnp.full((S, KVH, G), NEG_INF, jnp.float32), jnp.zeros((S, KVH, G), jnp.float32),
