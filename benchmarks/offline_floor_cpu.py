@@ -1,7 +1,7 @@
 """How fast the CPU offline job of issue 16 could possibly run on this machine: its roofline.
 
-    python benchmarks/offline_floor_cpu.py [--hf-seconds 6.44] [--medha-seconds 5.66]
-        -> results/offline_floor_cpu.{json,md}
+    python benchmarks/offline_floor_cpu.py [--hf-seconds 6.44] [--medha-seconds 5.66] [--name N]
+        -> results/offline_floor_cpu.{json,md} (or N.{json,md})
 
 Data flow:
   measured here, float32 under jax.jit (the engine's dtype and compiler for the job):
@@ -100,6 +100,7 @@ def main(argv=None) -> int:
     ap.add_argument("--medha-seconds", type=float, default=5.66, help="medha-jax's time on the job (measured)")
     ap.add_argument("--source", default="benchmarks/results/vs_hf_cpu_sampler.md", help="where those come from")
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--name", default="offline_floor_cpu", help="results file stem (one per machine)")
     args = ap.parse_args(argv)
     load_before = os.getloadavg()
     cfg = LLAMA_31M
@@ -133,7 +134,7 @@ def main(argv=None) -> int:
              f" = {report['measured_ratio']:.2f}x |",
              f"| the most HF / medha-jax can be here: HF's time over the floor / the practical floor | "
              f"**{report['ceiling']:.2f}x / {report['practical_ceiling']:.2f}x** |", ""]
-    write_results(args.out, "offline_floor_cpu", report, lines)
+    write_results(args.out, args.name, report, lines)
     return 0
 
 
