@@ -19,9 +19,9 @@ Two implementations with the same signature:
 - `paged_attention_reference`: gathers every page of every token's sequence and does dense
   masked softmax. Obviously right; memory grows with T * P * page_size. For tests.
 - `paged_attention_xla`: the engine's XLA backend. Walks KV in blocks of pages with an online
-  softmax. Prefill chunks go tile by tile (128 tokens of one sequence share each gathered block
-  of 16 pages, 32-token tiles take what is left of a chunk, a tile stops at its own causal
-  frontier, and the blocks below its first row's frontier skip the causal mask); decodes go
+  softmax. Prefill chunks go tile by tile (256 tokens of one sequence share each gathered block
+  of 16 pages, a 128-token tile and 32-token tiles take what is left of a chunk, a tile stops at
+  its own causal frontier, and the blocks below its first row's frontier skip the causal mask); decodes go
   together (one gathered block per sequence per step, up to the longest decode frontier). No
   per-token KV gathers.
 """
@@ -77,19 +77,22 @@ def paged_attention_reference(q, k_pages, v_pages, page_table, cu_q_lens, q_offs
 
 def paged_attention_xla(
     q, k_pages, v_pages, page_table, cu_q_lens, q_offsets, kv_lens, *, scale, block_pages: int | None = None,
-    prefill_block_pages: int = 16, block_q: int | None = None, small_block_q: int | None = None,
-    k_scales=None, v_scales=None,
+    prefill_block_pages: int = 16, block_q: int | None = None, mid_block_q: int | None = None,
+    small_block_q: int | None = None, k_scales=None, v_scales=None,
 ):
     """Online-softmax paged attention over blocks of pages (same contract as the reference).
 
     Prefill sequences (q_len >= 2) run tile by tile, each tile gathering a block of
     `prefill_block_pages` pages at a time up to its own causal frontier: tiles of `block_q` tokens
-    (default XLA_BLOCK_Q) over the whole multiples of block_q, then tiles of `small_block_q`
-    (default XLA_SMALL_BLOCK_Q) over the rest, so a short chunk pays for at most small_block_q - 1
-    padding rows, not block_q - 1. Decodes (q_len == 1) run together, one gathered block of
-    `block_pages` pages per sequence per step (default: XLA_DECODE_BLOCK_KEYS keys' worth, at least
-    one page), up to the longest decode frontier. The defaults are the fastest measured on a CPU
-    (`benchmarks/results/xla_attention_tiles_cpu.md`, `decode_block_keys_cpu_run1.md`): large tiles
+    (default XLA_BLOCK_Q) over the whole multiples of block_q, then tiles of `mid_block_q` (default
+    XLA_MID_BLOCK_Q, half of block_q: at most one) over the whole multiples of it in what is left,
+    then tiles of `small_block_q` (default XLA_SMALL_BLOCK_Q) over the rest, so a short chunk pays
+    for at most small_block_q - 1 padding rows, not block_q - 1, and a 200-token one runs a
+    128-query tile, not seven 32-query ones (each walking every key). Decodes (q_len == 1) run
+    together, one gathered block of `block_pages` pages per sequence per step (default:
+    XLA_DECODE_BLOCK_KEYS keys' worth, at least one page), up to the longest decode frontier. The
+    defaults are the fastest measured on a CPU (`benchmarks/results/xla_attention_tiles_cpu.md`,
+    `decode_block_keys_cpu_run1.md`, `xla_attention_ab_tiles256.md`): large tiles
     amortise each loop step's gather and bookkeeping, while decodes keep small blocks because every
     sequence slot walks up to the longest decode and a small block's gathered keys stay in cache
     for the two dots that read them.
@@ -107,18 +110,19 @@ def paged_attention_xla(
     if block_pages is None:
         block_pages = max(1, XLA_DECODE_BLOCK_KEYS // page)
     bpp, bpd = min(prefill_block_pages, P), min(block_pages, P)
-    big = XLA_BLOCK_Q if block_q is None else block_q
-    small = min(big, XLA_SMALL_BLOCK_Q if small_block_q is None else small_block_q)
+    sizes = tile_sizes(block_q, mid_block_q, small_block_q)  # largest first
+    big = sizes[0]
     table_p = _pad_table(page_table, bpp)
     pre_len = jnp.where(q_len >= 2, q_len, 0)  # pre_len: i32[S], tokens of the prefill sequences
-    # split: i32[S], big tiles cover [0, split), small ones [split, pre_len) (one size: all big)
-    split = pre_len // big * big if small < big else pre_len
     q_pad = jnp.pad(qg, ((0, big), (0, 0), (0, 0), (0, 0)))  # a tile may run past T
     acc = (jnp.zeros((T + big, KVH, G, Dh), jnp.float32), jnp.full((T + big, KVH, G), NEG_INF, jnp.float32))
     tiles = functools.partial(_xla_prefill_tiles, q_pad, kv, table_p, cu_q_lens, q_offsets, kv_lens, bpp)
-    acc = tiles(big, jnp.zeros_like(split), split, acc)
-    out_p, lse_p = tiles(small, split, pre_len, acc) if small < big else acc
-    out_p, lse_p = out_p[:T], lse_p[:T]
+    lo = jnp.zeros_like(pre_len)  # lo: i32[S], tokens the larger tiles already cover
+    for n, size in enumerate(sizes):
+        hi = pre_len if n == len(sizes) - 1 else lo + (pre_len - lo) // size * size  # hi: i32[S]
+        acc = tiles(size, lo, hi, acc)
+        lo = hi
+    out_p, lse_p = acc[0][:T], acc[1][:T]
     out_d, lse_d = _xla_decodes(qg, kv, _pad_table(page_table, bpd), cu_q_lens, q_offsets, kv_lens, bpd)
     real = jnp.arange(T) < cu_q_lens[S]
     pre = (real & (q_len[seq] >= 2))[:, None, None]  # pre: bool[T, 1, 1]
@@ -153,8 +157,22 @@ class _Pages:
         return k, v, kv_quant.key_scales(self.ks, cols, self.page), kv_quant.key_scales(self.vs, cols, self.page)
 
 
-XLA_BLOCK_Q = 128  # query tokens per prefill tile of the XLA path (scheduler.attention_tiling.Tiling.tile_q)
-XLA_SMALL_BLOCK_Q = 32  # ... per tile over a chunk's last chunk_len % XLA_BLOCK_Q tokens (Tiling.small_tile_q)
+XLA_BLOCK_Q = 256  # query tokens per prefill tile of the XLA path (scheduler.attention_tiling.Tiling.tile_q)
+XLA_MID_BLOCK_Q = 128  # ... per tile (at most one) over a chunk's last chunk_len % XLA_BLOCK_Q (Tiling.mid_tile_q)
+XLA_SMALL_BLOCK_Q = 32  # ... per tile over what the larger tiles leave (Tiling.small_tile_q)
+
+
+def tile_sizes(block_q: int | None = None, mid_block_q: int | None = None,
+               small_block_q: int | None = None) -> tuple[int, ...]:
+    """The prefill tiles' query counts, largest first, each size once (None: the defaults; a
+    middle or small size that is not smaller than the one before it is dropped)."""
+    big = XLA_BLOCK_Q if block_q is None else block_q
+    sizes = [big]
+    for size in (XLA_MID_BLOCK_Q if mid_block_q is None else mid_block_q,
+                 XLA_SMALL_BLOCK_Q if small_block_q is None else small_block_q):
+        if size < sizes[-1]:
+            sizes.append(size)
+    return tuple(sizes)
 XLA_DECODE_BLOCK_KEYS = 64  # keys per block of the decode loop, in whole pages (Tiling.decode_block_keys)
 
 

@@ -5,16 +5,16 @@
   Tiling + the decodes of a batch --decode_span--> key slots the batched decode loop walks
 
 `pallas_kernels.reference.paged_attention_xla` runs a prefill chunk in tiles of `tile_q` query
-tokens, then tiles of `small_tile_q` over its last q % tile_q tokens; each tile steps over a block
-of keys at a time up to its own causal frontier. Decodes run together: every sequence slot of the
-batch's bucket steps one block at a time up to the longest decode. How many keys a block holds and
-how many slots a bucket has depend on the engine's page size and smallest buckets, which is why
-these are parameters and not constants: a profile measured with 64-token pages and a 16-slot
+tokens, then at most one tile of `mid_tile_q`, then tiles of `small_tile_q` over what is left; each
+tile steps over a block of keys at a time up to its own causal frontier. Decodes run together:
+every sequence slot of the batch's bucket steps one block at a time up to the longest decode. How
+many keys a block holds and how many slots a bucket has depend on the engine's page size and
+smallest buckets, which is why these are parameters and not constants: a profile measured with 64-token pages and a 16-slot
 sequence bucket walks 4x larger blocks and never fewer than 16 slots (with the default shapes
 assumed instead, its held-out error was 23.5%, with them 10.0%, and 8.5% with the two tile kinds
-apart; `benchmarks/results/predictor_cpu.md`). A 128-query tile costs less per
-query than a 32-query one (each walks the same keys), so the two kinds are counted apart and a
-128-token chunk can cost less than a 96-token one. Pure Python.
+apart; `benchmarks/results/predictor_cpu.md`). A 128- or 256-query tile costs less per
+query than a 32-query one (each walks the same keys), so wide and narrow tiles are counted apart
+and a 128-token chunk can cost less than a 96-token one. Pure Python.
 """
 
 from __future__ import annotations
@@ -31,10 +31,12 @@ DECODE_BLOCK_KEYS = 64  # keys per block of the decode loop, whole pages (refere
 class Tiling:
     """Defaults: the engine's defaults (16-token pages, 8-page and 4-sequence smallest buckets)."""
 
-    tile_q: int = 128
+    tile_q: int = 256
     """Query tokens per prefill tile (pallas_kernels.reference.XLA_BLOCK_Q)."""
+    mid_tile_q: int = 128
+    """... per tile, at most one, over a chunk's last q % tile_q tokens (reference.XLA_MID_BLOCK_Q)."""
     small_tile_q: int = 32
-    """... per tile over a chunk's last q % tile_q tokens (reference.XLA_SMALL_BLOCK_Q)."""
+    """... per tile over what the wider tiles leave (reference.XLA_SMALL_BLOCK_Q)."""
     prefill_block_keys: int = PREFILL_BLOCK_PAGES * 16
     decode_block_keys: int = DECODE_BLOCK_KEYS
     min_table_keys: int = 8 * 16
@@ -59,8 +61,8 @@ DEFAULT_TILING = Tiling()
 
 
 def tile_work(t: Tiling, q: int, kv: int, new: int | None = None) -> tuple[float, float]:
-    """Key-query pairs a prefill chunk's tiles walk: (its t.tile_q-query tiles, its
-    t.small_tile_q-query tiles over the last q % tile_q tokens). A tile ending at local token e steps
+    """Key-query pairs a prefill chunk's tiles walk: (its wide tiles: t.tile_q-query ones and at most
+    one of t.mid_tile_q, its t.small_tile_q-query tiles over the rest). A tile ending at local token e steps
     a block of keys at a time up to its causal frontier kv + min(e, new), over kv cached keys and
     `new` keys written by the chunk itself (default q; fewer on a kvp group that holds only part of
     the chunk). The block is t.prefill_block_keys, or the whole page table when that is narrower
@@ -69,12 +71,14 @@ def tile_work(t: Tiling, q: int, kv: int, new: int | None = None) -> tuple[float
     whole blocks of the default tiling."""
     new = q if new is None else new
     block = min(t.prefill_block_keys, max(t.min_table_keys, 1 << max(kv + new - 1, 0).bit_length()))
-    big, small = t.tile_q, t.small_tile_q
+    def rows(size: int, lo: int, hi: int) -> int:  # tiles of `size` queries over tokens [lo, hi)
+        return sum(size * -(-(kv + min(end, new)) // block) for end in range(lo + size, hi + 1, size))
+
+    big, mid, small = t.tile_q, t.mid_tile_q, t.small_tile_q
     split = q // big * big
-    rows_big = sum(big * -(-(kv + min(end, new)) // block) for end in range(big, split + 1, big))
-    rows_small = sum(small * -(-(kv + min(end, new)) // block)
-                     for end in range(split + small, -(-q // small) * small + 1, small))
-    return float(rows_big * block), float(rows_small * block)
+    mid_end = split + (q - split) // mid * mid
+    rows_wide = rows(big, 0, split) + rows(mid, split, mid_end)
+    return float(rows_wide * block), float(rows(small, mid_end, mid_end + -(-(q - mid_end) // small) * small) * block)
 
 
 def decode_span(t: Tiling, num_seqs: int, max_decode_kv: int) -> int:

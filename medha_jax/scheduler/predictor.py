@@ -9,14 +9,14 @@
 Model (per iteration; the layer count is folded into the coefficients):
   t = const + tokens * sum(q) + chunk_kv * sum_prefill(q * kv) + chunk_sq * sum_prefill(q^2)
         + decodes * n_decodes + decode_kv * sum_decode(kv) + tokens_maxctx * sum(q) * max(q + kv)
-        + tile_kv * sum_prefill(big-tile key walks) + small_tile_kv * sum_prefill(small-tile key walks)
+        + tile_kv * sum_prefill(wide-tile key walks) + small_tile_kv * sum_prefill(small-tile key walks)
         + decode_span * key slots of the batched decode loop   [+ tokens_sq * sum(q)^2]
 where a pair (q, kv) is a decode when q == 1 and kv > 0, and kv counts tokens cached before the
 iteration. The tiled terms follow the XLA attention backend's loops on this engine's shapes
 (`attention_tiling.py`: the predictor carries the `Tiling` its profile was measured with): a
-prefill chunk runs in 128-query tiles, then 32-query tiles over its last q % 128 tokens, each over
-its own causal frontier; decodes run together, every sequence slot of the bucket stepping up to the
-longest decode. A chunk of 16 tokens costs as much attention as one of 32, and one of 128 about as
+prefill chunk runs in 256-query tiles, then at most one 128-query tile, then 32-query tiles over its
+last q % 128 tokens, each over its own causal frontier; decodes run together, every sequence slot
+of the bucket stepping up to the longest decode. A chunk of 16 tokens costs as much attention as one of 32, and one of 128 about as
 much as one of 96; the linear terms alone missed the first by up to 40%
 (`benchmarks/results/predictor_cpu.md`). On another backend NNLS gives them the weight the
 measurements support (none, if they explain nothing). Coefficients are non-negative (fitted by
@@ -57,9 +57,10 @@ TILED_FEATURES = ("tile_kv", "small_tile_kv", "decode_span")
 DEFAULT_FEATURES = ANALYTIC_FEATURES + TILED_FEATURES
 """For measured profiles: adds the attention backend's tiling."""
 PROFILE_FORMAT = "medha-jax-runtime-profile"
-PROFILE_VERSION = 3
+PROFILE_VERSION = 4
 """Bumped whenever a feature's meaning changes (2: tile_kv counts 128-query tiles, was 32; 3: the
-32-query tiles are small_tile_kv, and the tiling is the engine's, stored in the profile)."""
+32-query tiles are small_tile_kv, and the tiling is the engine's, stored in the profile; 4: tile_kv
+counts 256-query tiles and at most one 128-query tile a chunk)."""
 
 
 class StaleProfileError(ValueError):
@@ -161,10 +162,11 @@ class RuntimePredictor:
 
     @property
     def chunk_period(self) -> int:
-        """Chunk sizes at whose multiples the predicted time may drop (a chunk of tile_q tokens
-        can cost less than one of tile_q - 32: one wide tile instead of several narrow ones); 0
-        when predictions never fall as a chunk grows. `chunking.largest_chunk` searches with it."""
-        return self.tiling.tile_q if self.coefficients["small_tile_kv"] > 0.0 else 0
+        """Chunk sizes at whose multiples the predicted time may drop (a chunk of mid_tile_q tokens
+        can cost less than one of mid_tile_q - 32: one wide tile instead of several narrow ones; the
+        multiples of tile_q are multiples of it); 0 when predictions never fall as a chunk grows.
+        `chunking.largest_chunk` searches with it."""
+        return self.tiling.mid_tile_q if self.coefficients["small_tile_kv"] > 0.0 else 0
 
     def chunk_time(self, q: int, kv: int) -> float:
         """Raw seconds of a batch holding one prefill chunk alone (used by the prefill-time cache)."""

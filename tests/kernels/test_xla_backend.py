@@ -28,13 +28,15 @@ def test_xla_matches_reference(make_batch, seqs, check, run, G, KVH, Dh, page, d
           run(paged_attention_reference, args), dtype)
 
 
-@pytest.mark.parametrize("block_q,small_block_q,prefill_block_pages", [(None, None, 16), (32, 32, 8), (16, 4, 3)])
-def test_xla_long_chunks_span_several_tiles(make_batch, Seq, check, run, block_q, small_block_q, prefill_block_pages):
-    """Chunks longer than one tile, ending mid-tile (in big tiles, then small ones), next to
-    decodes; None: the engine's tiles."""
+@pytest.mark.parametrize("block_q,mid_block_q,small_block_q,prefill_block_pages",
+                         [(None, None, None, 16), (32, None, 32, 8), (16, None, 4, 3), (64, 16, 4, 3)])
+def test_xla_long_chunks_span_several_tiles(make_batch, Seq, check, run, block_q, mid_block_q, small_block_q,
+                                            prefill_block_pages):
+    """Chunks longer than one tile, ending mid-tile (in big tiles, then middle and small ones),
+    next to decodes; None: the engine's tiles."""
     batch = [Seq(300, 13), Seq(70, 13), Seq(33, 0), Seq(64, 64), Seq(1, 100), Seq(1, 0), Seq(129, 250)]
     args = make_batch(batch, H=4, KVH=2, Dh=64, page=8, pad_tokens=5)
-    check(run(paged_attention_xla, args, block_q=block_q, small_block_q=small_block_q,
+    check(run(paged_attention_xla, args, block_q=block_q, mid_block_q=mid_block_q, small_block_q=small_block_q,
               prefill_block_pages=prefill_block_pages),
           run(paged_attention_reference, args), jnp.float32)
 
@@ -47,7 +49,8 @@ def test_the_default_tiling_is_the_xla_backends_and_the_engines():
     cfg = EngineConfig()
     t = Tiling()
     assert t == Tiling.for_engine(cfg.page_size, cfg.min_page_bucket, cfg.min_seq_bucket)
-    assert (t.tile_q, t.small_tile_q) == (ref.XLA_BLOCK_Q, ref.XLA_SMALL_BLOCK_Q)
+    assert (t.tile_q, t.mid_tile_q, t.small_tile_q) == (ref.XLA_BLOCK_Q, ref.XLA_MID_BLOCK_Q, ref.XLA_SMALL_BLOCK_Q)
+    assert ref.tile_sizes() == (t.tile_q, t.mid_tile_q, t.small_tile_q)
     assert t.prefill_block_keys == xla["prefill_block_pages"].default * cfg.page_size
     assert xla["block_pages"].default is None  # then XLA_DECODE_BLOCK_KEYS, in whole pages
     assert t.decode_block_keys == max(1, ref.XLA_DECODE_BLOCK_KEYS // cfg.page_size) * cfg.page_size

@@ -30,10 +30,16 @@ def test_feature_sums_split_decodes_and_chunks():
     assert feature_sums(comp) == [1.0, 33, 20 * 30, 100 + 400 + 1, 2, 150, 33 * 33, 33 * 101,
                                   0, 8 * 128, 3 * 32 * 128]
     assert feature_sums(Composition.of([(1, 300)]))[9] == 4 * 320  # at least 4 slots; 5 blocks of 64
-    # 300 tokens after 1000: 128-token tiles end at 1128, 1256 keys (5 + 5 blocks of 256), then
-    # 32-token tiles over the last 44 tokens end at 1288, 1300 (6 + 6 blocks)
+    # 300 tokens after 1000: a 256-token tile ends at 1256 keys (5 blocks of 256), no 128-token one
+    # fits the last 44 tokens, 32-token tiles over them end at 1288, 1300 (6 + 6 blocks)
     t = Tiling()
-    assert tile_work(t, 300, 1000) == (128 * (5 + 5) * 256, 32 * (6 + 6) * 256)
+    assert tile_work(t, 300, 1000) == (256 * 5 * 256, 32 * (6 + 6) * 256)
+    # 200 tokens after 1000: no 256-token tile, one 128-token tile to 1128 (5 blocks), 32-token
+    # tiles over the last 72 end at 1160, 1192, 1200 (5 + 5 + 5 blocks)
+    assert tile_work(t, 200, 1000) == (128 * 5 * 256, 32 * (5 + 5 + 5) * 256)
+    # 400 tokens over none: a 256-token tile (one block), a 128-token one to 384 (2 blocks), then
+    # one 32-token tile over the last 16, to 400 (2 blocks)
+    assert tile_work(t, 400, 0) == ((256 * 1 + 128 * 2) * 256, 32 * 2 * 256)
 
 
 def test_feature_sums_match_a_per_pair_reference_sum():
