@@ -13,11 +13,11 @@
        L         the long prompt: the largest 2^m - 64 whose whole-prompt prefill is predicted to take
                  at most --long-prefill-target seconds (the convoy's length under non-chunked FCFS)
        t_target  the iteration budget of edf/lars: 1.2 x the runtime profile's time of one whole
-                 attention tile (tile_q query tokens) at the long prompt's end, so its chunks can stay
-                 whole tiles to the last one (the 0.2 margin: the profile's ~8% held-out error and
-                 the decodes beside the tile). A budget below that makes every budget-keeping policy
-                 run the long prompt in small tiles, which cost 1.37x more per token on a CPU; the
-                 rule before (1.5 x the calibration fit's time of a 32-token chunk, a fit with no
+                 wide attention tile (mid_tile_q query tokens, the narrowest wide tile: 128) at the
+                 long prompt's end, so its chunks can stay whole wide tiles to the last one (the 0.2
+                 margin: the profile's ~8% held-out error and the decodes beside the tile). A budget
+                 below that makes every budget-keeping policy run the long prompt in small tiles,
+                 which cost 1.37x more per token on a CPU; the rule before (1.5 x the calibration fit's time of a 32-token chunk, a fit with no
                  tiles in it) swung 0.05-0.18 s between runs of the same engine with the VM's minute,
                  and the long request's slowdown with it (results/convoy_load0.2_*.md). With the GPU
                  default, 50 ms, a min-size chunk of the long prompt overruns the budget once its KV
@@ -304,7 +304,7 @@ def choose(ns, fit: dict, pred) -> dict:
         t_target = ns.t_target
         why["t_target"] = "given"
     else:
-        tile = min(pred.tiling.tile_q, L)
+        tile = min(pred.tiling.mid_tile_q, L)
         t_tile = pred.chunk_time(tile, L - tile)
         t_target = max(0.05, math.ceil(1.2 * t_tile * 100) / 100)
         why["t_target"] = (f"1.2 x the profile's time of a whole {tile}-token attention tile at the long prompt's end "
