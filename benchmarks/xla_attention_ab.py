@@ -6,7 +6,8 @@ in one process, interleaved.
 
 Data flow: `git show REV:pallas_kernels/reference.py` -> a temporary module beside this tree's
 `pallas_kernels.reference` -> per case (S sequences, each a chunk of C tokens after K cached
-keys; CxK written SxC+K; C = 1 makes them decodes) random q (S*C x 8 heads x 64) and a paged KV
+keys, written SxC+K; C = 1 makes them decodes; groups joined by '/' share one batch, e.g.
+15x1+600/1x1+32700: fifteen short decodes beside a long one) random q (S*C x 8 heads x 64) and a paged KV
 cache (GQA 8:2, pages of 16, the pages shuffled) -> `paged_attention_xla` with its defaults jitted
 from each module -> one compile call each, then `--rounds` timed calls alternating which goes
 first -> median ms, after / before, the largest output difference -> results/NAME.json/.md
@@ -34,16 +35,21 @@ RESULTS = Path(__file__).resolve().parent / "results"
 CASES = "1x8192+0,1x2048+14336,1x512+8192,16x512+0,16x1+544,64x1+2000"
 
 
-def _case(spec: str) -> tuple[int, int, int]:
-    try:
-        seqs, rest = spec.split("x")
-        chunk, cached = rest.split("+")
-        s, c, k = int(seqs), int(chunk), int(cached)
-    except ValueError:
-        s = c = k = -1
-    if s < 1 or c < 1 or k < 0:
-        raise ValueError(f"case {spec!r}: want SxC+K (S sequences, C new tokens each, after K cached keys)")
-    return s, c, k
+def _case(spec: str) -> list[tuple[int, int]]:
+    """'SxC+K[/SxC+K...]' -> (C, K) per sequence."""
+    seqs = []
+    for group in spec.split("/"):
+        try:
+            n, rest = group.split("x")
+            chunk, cached = rest.split("+")
+            s, c, k = int(n), int(chunk), int(cached)
+        except ValueError:
+            s = c = k = -1
+        if s < 1 or c < 1 or k < 0:
+            raise ValueError(f"case {spec!r}: want SxC+K (S sequences, C new tokens each, after K cached keys), "
+                             "groups joined by '/'")
+        seqs += [(c, k)] * s
+    return seqs
 
 
 def _module_at(rev: str, tmp: Path):
@@ -85,15 +91,16 @@ def main(argv=None) -> int:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         before = _module_at(args.before, Path(tmp))
-        for S, C, K in cases:
-            P = -(-(C + K) // page)
+        for spec, seqs in zip(args.cases.split(","), cases):
+            C, K = np.array([c for c, _ in seqs]), np.array([k for _, k in seqs])
+            S, P = len(seqs), int(max(-(-(C + K) // page)))
             N = S * P + 1
             kp = jnp.asarray(rng.standard_normal((N, page, KVH, Dh), np.float32))  # kp: f32[N, page, KVH, Dh]
             vp = jnp.asarray(rng.standard_normal((N, page, KVH, Dh), np.float32))
             table = jnp.asarray(rng.permutation(N)[:S * P].reshape(S, P), jnp.int32)  # table: i32[S, P]
-            q = jnp.asarray(rng.standard_normal((S * C, H, Dh), np.float32))  # q: f32[S*C, H, Dh]
-            cu = jnp.asarray(np.arange(S + 1) * C, jnp.int32)
-            qo, kl = jnp.full((S,), K, jnp.int32), jnp.full((S,), K + C, jnp.int32)
+            q = jnp.asarray(rng.standard_normal((int(C.sum()), H, Dh), np.float32))  # q: f32[sum C, H, Dh]
+            cu = jnp.asarray(np.concatenate([[0], np.cumsum(C)]), jnp.int32)
+            qo, kl = jnp.asarray(K, jnp.int32), jnp.asarray(K + C, jnp.int32)
             fns = {name: jax.jit(lambda q, kp, vp, m=m: m.paged_attention_xla(q, kp, vp, table, cu, qo, kl,
                                                                                scale=0.125)[0])
                    for name, m in (("before", before), ("after", after))}
@@ -106,8 +113,8 @@ def main(argv=None) -> int:
                     ms[name].append((time.perf_counter() - t0) * 1e3)
             a, b = statistics.median(ms["before"]), statistics.median(ms["after"])
             diff = float(np.max(np.abs(outs["before"] - outs["after"])))
-            rows.append(dict(case=f"{S}x{C}+{K}", before_ms=a, after_ms=b, ratio=b / a, max_abs_diff=diff, rounds_ms=ms))
-            print(f"{S}x{C}+{K}: before {a:.1f} ms, after {b:.1f} ms ({b / a:.3f}x), max diff {diff:.1e}", flush=True)
+            rows.append(dict(case=spec, before_ms=a, after_ms=b, ratio=b / a, max_abs_diff=diff, rounds_ms=ms))
+            print(f"{spec}: before {a:.1f} ms, after {b:.1f} ms ({b / a:.3f}x), max diff {diff:.1e}", flush=True)
     platform = jax.devices()[0].platform
     report = dict(run_info("xla_attention_ab.py", argv, load_before), device=str(jax.devices()[0].device_kind),
                   before=args.before, rounds=args.rounds, rows=rows)
@@ -115,7 +122,7 @@ def main(argv=None) -> int:
              f"{provenance(report)} One layer: 8 heads, GQA 8:2, head_dim 64, float32, pages of 16 (shuffled), "
              f"`paged_attention_xla` with its defaults from each revision, one process, median of {args.rounds} "
              "calls alternating which goes first. SxC+K: S sequences, C new tokens each after K cached keys "
-             "(C = 1: decodes).", "",
+             "(C = 1: decodes); groups joined by '/' share one batch.", "",
              "| case | before (ms) | after (ms) | after / before | max abs diff |", "|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['case']} | {r['before_ms']:.1f} | {r['after_ms']:.1f} | {r['ratio']:.3f}x | "

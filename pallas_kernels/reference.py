@@ -113,6 +113,8 @@ def paged_attention_xla(
     sizes = tile_sizes(block_q, mid_block_q, small_block_q)  # largest first
     big = sizes[0]
     table_p = _pad_table(page_table, bpp)
+    lim_d = jnp.where(q_len == 1, jnp.clip(q_offsets + 1, 0, kv_lens), 0)  # lim_d: i32[S], keys each decode sees
+    alone = decode_alone(lim_d, bpd * page, bpp * page)  # alone: bool[S], at most one decode
     pre_len = jnp.where(q_len >= 2, q_len, 0)  # pre_len: i32[S], tokens of the prefill sequences
     q_pad = jnp.pad(qg, ((0, big), (0, 0), (0, 0), (0, 0)))  # a tile may run past T
     acc = (jnp.zeros((T + big, KVH, G, Dh), jnp.float32), jnp.full((T + big, KVH, G), NEG_INF, jnp.float32))
@@ -122,11 +124,12 @@ def paged_attention_xla(
         hi = pre_len if n == len(sizes) - 1 else lo + (pre_len - lo) // size * size  # hi: i32[S]
         acc = tiles(size, lo, hi, acc)
         lo = hi
+    acc = tiles(1, jnp.zeros_like(pre_len), alone.astype(jnp.int32), acc)  # the decode walking alone: one query
     out_p, lse_p = acc[0][:T], acc[1][:T]
-    out_d, lse_d = _xla_decodes(qg, kv, _pad_table(page_table, bpd), cu_q_lens, q_offsets, kv_lens, bpd)
+    out_d, lse_d = _xla_decodes(qg, kv, _pad_table(page_table, bpd), cu_q_lens, jnp.where(alone, 0, lim_d), bpd)
     real = jnp.arange(T) < cu_q_lens[S]
-    pre = (real & (q_len[seq] >= 2))[:, None, None]  # pre: bool[T, 1, 1]
-    dec = (real & (q_len[seq] == 1))[:, None, None]
+    pre = (real & ((q_len[seq] >= 2) | alone[seq]))[:, None, None]  # pre: bool[T, 1, 1], rows the tiles wrote
+    dec = (real & (q_len[seq] == 1) & ~alone[seq])[:, None, None]
     out = jnp.where(pre[..., None], out_p, jnp.where(dec[..., None], out_d[seq], 0.0))
     lse = jnp.where(pre, lse_p, jnp.where(dec, lse_d[seq], NEG_INF))
     return out.reshape(T, H, Dh).astype(q.dtype), lse.reshape(T, H)
@@ -250,14 +253,32 @@ def _xla_prefill_tiles(q_pad, kv: _Pages, table, cu_q_lens, q_offsets, kv_lens, 
     return jax.lax.fori_loop(0, t_end[-1], tile, acc)
 
 
-def _xla_decodes(qg, kv: _Pages, table, cu_q_lens, q_offsets, kv_lens, bp):
-    """Sequences with q_len == 1, all at once -> per sequence (f32[S, KVH, G, Dh], f32[S, KVH, G])."""
+def decode_alone(lim, block_d: int, block_t: int):
+    """lim: i32[S], the keys each decode sees (0: not a decode) -> bool[S], the one decode (if any)
+    that walks its keys alone in a one-query tile (blocks of block_t keys) instead of in the batched
+    decode loop, where every one of the S slots walks up to the longest decode in blocks of block_d:
+    the longest, when its own walk is shorter than the one it adds to every slot's. One 32K-key
+    decode beside fifteen of 600 made the loop 42x slower (108.6 vs 2.6 ms a layer on a CPU).
+    `scheduler.attention_tiling.decode_span` counts the same choice."""
+    S = lim.shape[0]
+    first_i = jnp.argmax(lim)
+    first = lim[first_i]
+    second = jnp.max(jnp.where(jnp.arange(S) == first_i, 0, lim))
+
+    def walk(n, b):
+        return (n + b - 1) // b * b
+
+    apart = S * walk(second, block_d) + walk(first, block_t)
+    return (jnp.arange(S) == first_i) & (first > 0) & (apart < S * walk(first, block_d))
+
+
+def _xla_decodes(qg, kv: _Pages, table, cu_q_lens, lim, bp):
+    """The decodes, all at once: lim i32[S], keys each sequence's decode sees (0: none) -> per
+    sequence (f32[S, KVH, G, Dh], f32[S, KVH, G])."""
     T, KVH, G, Dh = qg.shape
-    S = kv_lens.shape[0]
+    S = lim.shape[0]
     block = bp * kv.page
-    q_len = cu_q_lens[1:] - cu_q_lens[:-1]
     qd = qg[jnp.clip(cu_q_lens[:-1], 0, T - 1)]  # qd: f32[S, KVH, G, Dh]
-    lim = jnp.where(q_len == 1, jnp.clip(q_offsets + 1, 0, kv_lens), 0)  # lim: i32[S]
 
     def block_step(b, c):
         cols = jax.lax.dynamic_slice_in_dim(table, b * bp, bp, axis=1)  # cols: i32[S, bp]

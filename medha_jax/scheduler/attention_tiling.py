@@ -2,7 +2,7 @@
 
   engine (page size, smallest page-table and sequence buckets) --Tiling.for_engine--> Tiling
   Tiling + a prefill chunk (q tokens over kv cached) --tile_work--> (big-tile, small-tile) key walks
-  Tiling + the decodes of a batch --decode_span--> key slots the batched decode loop walks
+  Tiling + the decodes of a batch --decode_span--> key slots the decode loops walk
 
 `pallas_kernels.reference.paged_attention_xla` runs a prefill chunk in tiles of `tile_q` query
 tokens, then at most one tile of `mid_tile_q`, then tiles of `small_tile_q` over what is left; each
@@ -81,11 +81,26 @@ def tile_work(t: Tiling, q: int, kv: int, new: int | None = None) -> tuple[float
     return float(rows_wide * block), float(rows(small, mid_end, mid_end + -(-(q - mid_end) // small) * small) * block)
 
 
-def decode_span(t: Tiling, num_seqs: int, max_decode_kv: int) -> int:
-    """Key slots the batched decode loop walks: every sequence slot of the batch's bucket (a power
-    of two, at least t.min_seq_slots) up to the longest decode, in whole blocks."""
-    if max_decode_kv <= 0:
+def decode_span(t: Tiling, num_seqs: int, longest: tuple[int, int]) -> int:
+    """Key slots the decode loops walk: every sequence slot of the batch's bucket (a power of two, at
+    least t.min_seq_slots) up to the longest decode, in whole blocks, unless the longest walks alone
+    (`pallas_kernels.reference.decode_alone`, when that is less work): then every slot up to the
+    second longest, plus the longest's own keys in a one-query tile's blocks. longest: the two
+    largest cached lengths among the decodes (0 where there are fewer; `top_two`)."""
+    first, second = longest
+    if first <= 0:
         return 0
     slots = max(t.min_seq_slots, 1 << (num_seqs - 1).bit_length())
     block = t.decode_block_keys
-    return slots * -(-max_decode_kv // block) * block
+    together = slots * -(-first // block) * block
+    tile_block = min(t.prefill_block_keys, max(t.min_table_keys, 1 << first.bit_length()))  # as tile_work's
+    apart = slots * -(-second // block) * block + -(-first // tile_block) * tile_block
+    return min(together, apart)
+
+
+def top_two(longest: tuple[int, int], kv: int) -> tuple[int, int]:
+    """The two largest of longest and kv, largest first."""
+    first, second = longest
+    if kv > first:
+        return kv, first
+    return (first, kv) if kv > second else longest

@@ -25,7 +25,7 @@ spread over several groups). Pure Python.
 from __future__ import annotations
 
 from medha_jax.kvp_layout import owner
-from medha_jax.scheduler.attention_tiling import tile_work
+from medha_jax.scheduler.attention_tiling import tile_work, top_two
 from medha_jax.scheduler.predictor import BatchCost, RuntimePredictor
 
 
@@ -73,7 +73,7 @@ class KVPBatchCost:
             cost.max_ctx = max(cost.max_ctx, ctx)
             cost.tiles += tiles
             cost.small += small
-            cost.max_dkv = max(cost.max_dkv, gkv)
+            cost.longest = top_two(cost.longest, gkv)
 
     def fixed(self) -> float:
         """What every iteration pays however little it holds (`BatchCost.fixed`; the groups run
@@ -99,7 +99,7 @@ class KVPBatchCost:
             tk, ckv, csq, d, dkv, ctx, tiles, small, gkv = parts
             t = cost._t(cost.tokens + tk, cost.chunk_kv + ckv, cost.chunk_sq + csq, cost.decodes + d,
                         cost.decode_kv + dkv, max(cost.max_ctx, ctx), cost.tiles + tiles, cost.small + small,
-                        cost.n + 1, max(cost.max_dkv, gkv))
+                        cost.n + 1, top_two(cost.longest, gkv))
             worst = max(worst, t)
         return worst
 

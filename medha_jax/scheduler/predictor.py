@@ -39,12 +39,13 @@ and the last iteration's ratio, so that a slow spell shows at its first iteratio
 from __future__ import annotations
 
 import hashlib
+import heapq
 import json
 import os
 import re
 from dataclasses import asdict, dataclass
 
-from medha_jax.scheduler.attention_tiling import DEFAULT_TILING, Tiling, decode_span, tile_work
+from medha_jax.scheduler.attention_tiling import DEFAULT_TILING, Tiling, decode_span, tile_work, top_two
 from medha_jax.scheduler.nnls import nnls
 from medha_jax.scheduler.records import Composition
 
@@ -57,10 +58,11 @@ TILED_FEATURES = ("tile_kv", "small_tile_kv", "decode_span")
 DEFAULT_FEATURES = ANALYTIC_FEATURES + TILED_FEATURES
 """For measured profiles: adds the attention backend's tiling."""
 PROFILE_FORMAT = "medha-jax-runtime-profile"
-PROFILE_VERSION = 4
+PROFILE_VERSION = 5
 """Bumped whenever a feature's meaning changes (2: tile_kv counts 128-query tiles, was 32; 3: the
 32-query tiles are small_tile_kv, and the tiling is the engine's, stored in the profile; 4: tile_kv
-counts 256-query tiles and at most one 128-query tile a chunk)."""
+counts 256-query tiles and at most one 128-query tile a chunk; 5: decode_span lets the longest
+decode walk alone)."""
 
 
 class StaleProfileError(ValueError):
@@ -94,7 +96,8 @@ def feature_sums(comp: Composition, tiling: Tiling = DEFAULT_TILING) -> list[flo
     decode_kvs = [kv for q, kv in seqs if q == 1 and kv > 0]
     decodes = len(decode_kvs)
     decode_kv = sum(decode_kvs)
-    max_dkv = max(decode_kvs, default=0)
+    longest = tuple(heapq.nlargest(2, decode_kvs) + [0, 0])[:2]  # the two longest decodes
+    max_dkv = longest[0]
     tokens, max_ctx = decodes, max_dkv + 1 if decodes else 0
     chunk_kv = chunk_sq = 0
     tiles = small = 0.0
@@ -110,14 +113,15 @@ def feature_sums(comp: Composition, tiling: Tiling = DEFAULT_TILING) -> list[flo
             tiles += b
             small += s
     return [1.0, tokens, chunk_kv, chunk_sq, decodes, decode_kv, tokens * tokens, tokens * max_ctx, tiles,
-            decode_span(tiling, len(seqs), max_dkv), small]
+            decode_span(tiling, len(seqs), longest), small]
 
 
-def _linear_time(c, tiling, tokens, chunk_kv, chunk_sq, decodes, decode_kv, max_ctx, tiles, small, n, max_dkv) -> float:
-    """The model over a batch's running sums (c: coefficients in FEATURES order)."""
+def _linear_time(c, tiling, tokens, chunk_kv, chunk_sq, decodes, decode_kv, max_ctx, tiles, small, n, longest) -> float:
+    """The model over a batch's running sums (c: coefficients in FEATURES order; longest: the two
+    longest decodes' cached lengths)."""
     return (c[0] + c[1] * tokens + c[2] * chunk_kv + c[3] * chunk_sq + c[4] * decodes
             + c[5] * decode_kv + c[6] * tokens * tokens + c[7] * tokens * max_ctx + c[8] * tiles + c[10] * small
-            + (c[9] * decode_span(tiling, n, max_dkv) if c[9] else 0.0))
+            + (c[9] * decode_span(tiling, n, longest) if c[9] else 0.0))
 
 
 SPELL = 1.3
@@ -172,8 +176,8 @@ class RuntimePredictor:
         """Raw seconds of a batch holding one prefill chunk alone (used by the prefill-time cache)."""
         t = self.tiling
         if q == 1 and kv > 0:  # counted as a decode, exactly as predict_raw does
-            return _linear_time(self._coef, t, 1, 0, 0, 1, kv, kv + 1, 0.0, 0.0, 1, kv)
-        return _linear_time(self._coef, t, q, q * kv, q * q, 0, 0, q + kv, *tile_work(t, q, kv), 1, 0)
+            return _linear_time(self._coef, t, 1, 0, 0, 1, kv, kv + 1, 0.0, 0.0, 1, (kv, 0))
+        return _linear_time(self._coef, t, q, q * kv, q * q, 0, 0, q + kv, *tile_work(t, q, kv), 1, (0, 0))
 
     # ---- online correction -----------------------------------------------------------------
     def observe(self, comp: Composition, measured: float) -> None:
@@ -305,7 +309,7 @@ class BatchCost:
     """Running feature sums of a batch being packed: O(1) per added seq and per what-if query."""
 
     __slots__ = ("c", "tiling", "tiled", "corr", "tokens", "chunk_kv", "chunk_sq", "decodes", "decode_kv", "max_ctx",
-                 "n", "tiles", "small", "max_dkv")
+                 "n", "tiles", "small", "longest")
 
     def __init__(self, predictor: RuntimePredictor, raw: bool = False):
         self.c = predictor._coef
@@ -313,7 +317,8 @@ class BatchCost:
         self.tiled = bool(self.c[8] or self.c[10])  # else the tile terms are 0: skip counting tiles
         self.corr = 1.0 if raw else predictor.correction
         self.tokens = self.chunk_kv = self.chunk_sq = self.decodes = self.decode_kv = self.max_ctx = 0
-        self.n = self.max_dkv = 0
+        self.n = 0
+        self.longest = (0, 0)  # the two longest decodes' cached lengths
         self.tiles = self.small = 0.0
 
     def add(self, q: int, kv: int, h: int = 0) -> None:
@@ -324,7 +329,7 @@ class BatchCost:
         if q == 1 and kv > 0:
             self.decodes += 1
             self.decode_kv += kv
-            self.max_dkv = max(self.max_dkv, kv)
+            self.longest = top_two(self.longest, kv)
         else:
             self.chunk_kv += q * kv
             self.chunk_sq += q * q
@@ -333,19 +338,19 @@ class BatchCost:
                 self.tiles += b
                 self.small += s
 
-    def add_decodes(self, n: int, kv_sum: int, kv_max: int = 0) -> None:
-        """n decodes whose cached lengths sum to kv_sum, the longest kv_max."""
+    def add_decodes(self, n: int, kv_sum: int, kv_max: int = 0, kv_second: int = 0) -> None:
+        """n decodes whose cached lengths sum to kv_sum, the longest kv_max, the next kv_second."""
         if n:
             self.max_ctx = max(self.max_ctx, kv_max + 1)
-            self.max_dkv = max(self.max_dkv, kv_max)
+            self.longest = top_two(top_two(self.longest, kv_max), kv_second)
         self.n += n
         self.tokens += n
         self.decodes += n
         self.decode_kv += kv_sum
 
-    def _t(self, tokens, chunk_kv, chunk_sq, decodes, decode_kv, max_ctx, tiles, small, n, max_dkv) -> float:
+    def _t(self, tokens, chunk_kv, chunk_sq, decodes, decode_kv, max_ctx, tiles, small, n, longest) -> float:
         return _linear_time(self.c, self.tiling, tokens, chunk_kv, chunk_sq, decodes, decode_kv, max_ctx, tiles,
-                            small, n, max_dkv) * self.corr
+                            small, n, longest) * self.corr
 
     def fixed(self) -> float:
         """Seconds every iteration pays however little it holds (the model's intercept): a
@@ -356,14 +361,14 @@ class BatchCost:
         if self.n == 0:
             return 0.0
         return self._t(self.tokens, self.chunk_kv, self.chunk_sq, self.decodes, self.decode_kv, self.max_ctx,
-                       self.tiles, self.small, self.n, self.max_dkv)
+                       self.tiles, self.small, self.n, self.longest)
 
     def time_with(self, q: int, kv: int, h: int = 0) -> float:
         """Predicted seconds if a prefill chunk of q tokens over kv cached tokens were added."""
         ctx = max(self.max_ctx, q + kv)
         if q == 1 and kv > 0:
             return self._t(self.tokens + 1, self.chunk_kv, self.chunk_sq, self.decodes + 1, self.decode_kv + kv, ctx,
-                           self.tiles, self.small, self.n + 1, max(self.max_dkv, kv))
+                           self.tiles, self.small, self.n + 1, top_two(self.longest, kv))
         b, s = tile_work(self.tiling, q, kv) if self.tiled else (0.0, 0.0)
         return self._t(self.tokens + q, self.chunk_kv + q * kv, self.chunk_sq + q * q, self.decodes, self.decode_kv,
-                       ctx, self.tiles + b, self.small + s, self.n + 1, self.max_dkv)
+                       ctx, self.tiles + b, self.small + s, self.n + 1, self.longest)

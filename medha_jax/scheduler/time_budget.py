@@ -46,6 +46,8 @@ Pure Python, no JAX.
 
 from __future__ import annotations
 
+import heapq
+
 import math
 from itertools import repeat
 
@@ -84,7 +86,7 @@ class TimeBudgetPacker:
                        and not kv.per_group_batches and t_target < math.inf and bool(batch.decodes))
         starts = batch.decode_starts
         if kv.kvp == 1:
-            cost.add_decodes(len(starts), sum(starts), max(starts, default=0))
+            cost.add_decodes(len(starts), sum(starts), *heapq.nlargest(2, starts))
         else:
             for start, g in zip(starts, batch.decode_groups or repeat(0)):
                 cost.add(1, start, g)

@@ -56,3 +56,17 @@ def test_the_default_tiling_is_the_xla_backends_and_the_engines():
     assert t.decode_block_keys == max(1, ref.XLA_DECODE_BLOCK_KEYS // cfg.page_size) * cfg.page_size
     assert Tiling.for_engine(64, 8, 4).decode_block_keys == 64 == ref.XLA_DECODE_BLOCK_KEYS  # one page
     assert Tiling.for_engine(128, 8, 4).decode_block_keys == 128  # never less than a page
+
+
+def test_the_longest_decode_walks_alone(make_batch, Seq, check, run):
+    """One long decode beside short ones and a prefill chunk: `decode_alone` sends it to a
+    one-query tile (every slot of the batched loop would otherwise walk its 700 keys) and the rest
+    to the batched loop; the outputs are the reference's either way. Equal decodes stay together."""
+    batch = [Seq(1, 40), Seq(1, 700), Seq(1, 33), Seq(20, 10), Seq(1, 50)]
+    args = make_batch(batch, H=8, KVH=2, Dh=64, page=8)
+    check(run(paged_attention_xla, args), run(paged_attention_reference, args), jnp.float32)
+    lim = jnp.array([41, 701, 34, 0, 51])  # keys each decode sees (0: the prefill chunk)
+    # together: 5 slots x 704 keys; apart: 5 x 64 for the rest plus 768 in tile blocks of 128
+    assert ref.decode_alone(lim, 64, 128).tolist() == [False, True, False, False, False]
+    assert not ref.decode_alone(jnp.array([600, 600, 600, 600]), 64, 128).any()
+    assert not ref.decode_alone(jnp.zeros(4, jnp.int32), 64, 128).any()  # no decodes

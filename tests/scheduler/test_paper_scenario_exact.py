@@ -30,7 +30,7 @@ class ParallelBatchCost:
     def add(self, q, kv, h=0):
         self.t = max(self.t, C * q)
 
-    def add_decodes(self, n, kv_sum, kv_max=0):
+    def add_decodes(self, n, kv_sum, kv_max=0, kv_second=0):
         if n:
             self.t = max(self.t, C)
 

@@ -3,7 +3,7 @@ import random
 
 import pytest
 
-from medha_jax.scheduler.attention_tiling import Tiling, tile_work
+from medha_jax.scheduler.attention_tiling import Tiling, decode_span, tile_work, top_two
 from medha_jax.scheduler.predictor import (SPELL, SPELL_LONGEST, ProfileKey, RuntimePredictor, StaleProfileError, feature_sums,
                                               profile_path)
 from medha_jax.scheduler.records import Composition
@@ -26,10 +26,11 @@ def test_feature_sums_split_decodes_and_chunks():
     # max context: the (1, 100) decode sees 101 keys; the (20, 30) chunk 50
     # tile work: one whole 32-token tile each (none reaches a 128-token tile), over one whole
     # 128-key block (page tables this short are 8 pages wide): (10, 0), (20, 30), (1, 0)
-    # decode span: 5 sequences take 8 slots, each walking the longest decode's 100 keys in blocks of 64
+    # decode span: 5 sequences take 8 slots; the longest decode (100 keys) walks alone in one 128-key
+    # tile block, the 8 slots walk the next one's 50 keys in one block of 64 (8 x 128 together)
     assert feature_sums(comp) == [1.0, 33, 20 * 30, 100 + 400 + 1, 2, 150, 33 * 33, 33 * 101,
-                                  0, 8 * 128, 3 * 32 * 128]
-    assert feature_sums(Composition.of([(1, 300)]))[9] == 4 * 320  # at least 4 slots; 5 blocks of 64
+                                  0, 8 * 64 + 128, 3 * 32 * 128]
+    assert feature_sums(Composition.of([(1, 300)]))[9] == 512  # alone: 2 tile blocks (4 slots x 320 together)
     # 300 tokens after 1000: a 256-token tile ends at 1256 keys (5 blocks of 256), no 128-token one
     # fits the last 44 tokens, 32-token tiles over them end at 1288, 1300 (6 + 6 blocks)
     t = Tiling()
@@ -49,15 +50,16 @@ def test_feature_sums_match_a_per_pair_reference_sum():
     from medha_jax.scheduler.attention_tiling import decode_span
 
     def reference(comp, t):
-        f = dict.fromkeys(("tokens", "chunk_kv", "chunk_sq", "decodes", "decode_kv", "max_ctx", "max_dkv",
+        f = dict.fromkeys(("tokens", "chunk_kv", "chunk_sq", "decodes", "decode_kv", "max_ctx",
                            "tiles", "small"), 0)
+        decode_kvs = []
         for q, kv in comp.seqs:
             f["tokens"] += q
             f["max_ctx"] = max(f["max_ctx"], q + kv)
             if q == 1 and kv > 0:
                 f["decodes"] += 1
                 f["decode_kv"] += kv
-                f["max_dkv"] = max(f["max_dkv"], kv)
+                decode_kvs.append(kv)
             else:
                 f["chunk_kv"] += q * kv
                 f["chunk_sq"] += q * q
@@ -66,7 +68,7 @@ def test_feature_sums_match_a_per_pair_reference_sum():
                 f["small"] += s
         n = f["tokens"]
         return [1.0, n, f["chunk_kv"], f["chunk_sq"], f["decodes"], f["decode_kv"], n * n, n * f["max_ctx"],
-                f["tiles"], decode_span(t, len(comp.seqs), f["max_dkv"]), f["small"]]
+                f["tiles"], decode_span(t, len(comp.seqs), tuple((sorted(decode_kvs)[::-1] + [0, 0])[:2])), f["small"]]
 
     rng = random.Random(3)
     comps = random_compositions(200, seed=3) + [Composition.of([(1, 0)]), Composition.of([(1, 0), (1, 5)])]
@@ -78,18 +80,39 @@ def test_feature_sums_match_a_per_pair_reference_sum():
             assert feature_sums(mixed, t) == reference(mixed, t)
 
 
+def test_the_longest_decode_walks_alone_when_that_is_less_work():
+    """One 32,700-key decode beside fifteen of 600 (the convoy's long request decoding): the batched
+    loop would walk 16 slots x 32,704 keys; with the longest apart, 16 slots x 640 plus its own
+    32,768 in 256-key tile blocks (`pallas_kernels.reference.decode_alone` makes the same choice).
+    Sixteen equal decodes stay together; so does a lone decode when its tile walk is no shorter."""
+    t = Tiling()
+    assert decode_span(t, 16, (32700, 600)) == 16 * 640 + 32768
+    assert feature_sums(Composition.of([(1, 600)] * 15 + [(1, 32700)]))[9] == 16 * 640 + 32768
+    assert decode_span(t, 16, (600, 600)) == 16 * 640
+    assert decode_span(t, 4, (100, 0)) == 128  # 4 slots x 128 keys together; alone, one 128-key tile block
+    assert decode_span(t, 1, (300, 0)) == 512  # together: at least 4 slots x 320; alone: 2 tile blocks of 256
+    longest = (0, 0)
+    for kv in (5, 9, 7, 9, 1):
+        longest = top_two(longest, kv)
+    assert longest == (9, 9)
+    cost = RuntimePredictor({**TRUE, "decode_span": 1e-6}).batch_cost()
+    cost.add_decodes(15, 15 * 600, 600, 600)
+    cost.add(1, 32700)
+    assert cost.longest == (32700, 600)
+
+
 def test_the_tiling_follows_the_engine_shapes():
     """64-token pages and a 16-sequence smallest bucket (the convoy benchmark's engine): key blocks
     of 16 x 64 for prefill tiles and one 64-key page for decodes, tables never narrower than the smallest
-    page bucket, and a lone decode still walks 16 slots (measured: one decode over 16K keys took
-    37 ms, sixteen 40 ms)."""
+    page bucket; a lone decode walks its own keys in a tile, where the batched loop would walk 16
+    slots (one decode over 16K keys took 37 ms that way, sixteen 40 ms)."""
     t = Tiling.for_engine(page_size=64, min_pages=512, min_seqs=16)
     assert (t.prefill_block_keys, t.decode_block_keys, t.min_table_keys, t.min_seq_slots) == (1024, 64, 32768, 16)
     assert tile_work(t, 16, 300) == (0.0, 32 * 1024)  # one narrow tile, one whole block
     assert tile_work(t, 128, 3000) == (128 * 4 * 1024, 0.0)  # one wide tile up to 3128 keys: 4 blocks
     one, sixteen = (feature_sums(Composition.of([(1, 16384)] * d), t)[9] for d in (1, 16))
-    assert one == sixteen == 16 * 16384
-    assert feature_sums(Composition.of([(1, 16384)]))[9] == 4 * 16384  # the default engine: 4 slots
+    assert (one, sixteen) == (16384, 16 * 16384)  # a lone decode walks alone: its own keys, not 16 slots
+    assert feature_sums(Composition.of([(1, 16384)]))[9] == 16384  # the default engine too (4 slots together)
 
 
 def test_a_wide_tile_can_cost_less_than_narrow_ones():
@@ -162,7 +185,7 @@ def test_batch_cost_matches_predict():
     assert p.chunk_time(1, 5000) == pytest.approx(p.predict(Composition.of([(1, 5000)])), rel=1e-12)
     assert p.chunk_time(16, 5000) == pytest.approx(p.predict(Composition.of([(16, 5000)])), rel=1e-12)
     decodes = p.batch_cost()
-    decodes.add_decodes(3, 300 + 200 + 1000, 1000)
+    decodes.add_decodes(3, 300 + 200 + 1000, 1000, 300)
     assert decodes.time() == pytest.approx(p.predict(Composition.of([(1, 300), (1, 200), (1, 1000)])), rel=1e-12)
 
 
