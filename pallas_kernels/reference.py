@@ -21,9 +21,10 @@ Two implementations with the same signature:
 - `paged_attention_xla`: the engine's XLA backend. Walks KV in blocks of pages with an online
   softmax. Prefill chunks go tile by tile (256 tokens of one sequence share each gathered block
   of 16 pages, a 128-token tile and 32-token tiles take what is left of a chunk, a tile stops at
-  its own causal frontier, and the blocks below its first row's frontier skip the causal mask); decodes go
-  together (one gathered block per sequence per step, up to the longest decode frontier). No
-  per-token KV gathers.
+  its own causal frontier, and the blocks below its first row's frontier skip the causal mask);
+  decodes go together (one gathered block per sequence per step, up to the longest decode
+  frontier), except the longest when walking its keys alone in a one-query tile is less work
+  (`decode_alone`). No per-token KV gathers.
 """
 
 from __future__ import annotations
@@ -90,7 +91,8 @@ def paged_attention_xla(
     for at most small_block_q - 1 padding rows, not block_q - 1, and a 200-token one runs a
     128-query tile, not seven 32-query ones (each walking every key). Decodes (q_len == 1) run
     together, one gathered block of `block_pages` pages per sequence per step (default:
-    XLA_DECODE_BLOCK_KEYS keys' worth, at least one page), up to the longest decode frontier. The
+    XLA_DECODE_BLOCK_KEYS keys' worth, at least one page), up to the longest decode frontier,
+    unless the longest runs alone in a one-query tile (`decode_alone`: when that is less work). The
     defaults are the fastest measured on a CPU (`benchmarks/results/xla_attention_tiles_cpu.md`,
     `decode_block_keys_cpu_run1.md`, `xla_attention_ab_tiles256.md`): large tiles
     amortise each loop step's gather and bookkeeping, while decodes keep small blocks because every

@@ -7,14 +7,15 @@
 `pallas_kernels.reference.paged_attention_xla` runs a prefill chunk in tiles of `tile_q` query
 tokens, then at most one tile of `mid_tile_q`, then tiles of `small_tile_q` over what is left; each
 tile steps over a block of keys at a time up to its own causal frontier. Decodes run together:
-every sequence slot of the batch's bucket steps one block at a time up to the longest decode. How
+every sequence slot of the batch's bucket steps one block at a time up to the longest decode
+(or the second longest, when the longest walks alone in a one-query tile: `decode_span`). How
 many keys a block holds and how many slots a bucket has depend on the engine's page size and
-smallest buckets, which is why these are parameters and not constants: a profile measured with 64-token pages and a 16-slot
-sequence bucket walks 4x larger blocks and never fewer than 16 slots (with the default shapes
-assumed instead, its held-out error was 23.5%, with them 10.0%, and 8.5% with the two tile kinds
-apart; `benchmarks/results/predictor_cpu.md`). A 128- or 256-query tile costs less per
-query than a 32-query one (each walks the same keys), so wide and narrow tiles are counted apart
-and a 128-token chunk can cost less than a 96-token one. Pure Python.
+smallest buckets, which is why these are parameters and not constants: a profile measured with
+64-token pages and a 16-slot sequence bucket walks 4x larger blocks and never fewer than 16 slots
+(with the default shapes assumed instead, its held-out error was 23.5%, with them 10.0%, and 8.5%
+with the two tile kinds apart; `benchmarks/results/predictor_cpu.md`). A 128- or 256-query tile
+costs less per query than a 32-query one (each walks the same keys), so wide and narrow tiles are
+counted apart and a 128-token chunk can cost less than a 96-token one. Pure Python.
 """
 
 from __future__ import annotations

@@ -16,8 +16,9 @@ iteration. The tiled terms follow the XLA attention backend's loops on this engi
 (`attention_tiling.py`: the predictor carries the `Tiling` its profile was measured with): a
 prefill chunk runs in 256-query tiles, then at most one 128-query tile, then 32-query tiles over its
 last q % 128 tokens, each over its own causal frontier; decodes run together, every sequence slot
-of the bucket stepping up to the longest decode. A chunk of 16 tokens costs as much attention as one of 32, and one of 128 about as
-much as one of 96; the linear terms alone missed the first by up to 40%
+of the bucket stepping up to the longest decode (the second longest when the longest walks alone).
+A chunk of 16 tokens costs as much attention as one of 32, and one of 128 about as much as one of
+96; the linear terms alone missed the first by up to 40%
 (`benchmarks/results/predictor_cpu.md`). On another backend NNLS gives them the weight the
 measurements support (none, if they explain nothing). Coefficients are non-negative (fitted by
 NNLS, relative-error weighted), so predictions grow with every kind of work, except that a chunk
