@@ -165,6 +165,7 @@ class _Pages:
 XLA_BLOCK_Q = 256  # query tokens per prefill tile of the XLA path (scheduler.attention_tiling.Tiling.tile_q)
 XLA_MID_BLOCK_Q = 128  # ... per tile (at most one) over a chunk's last chunk_len % XLA_BLOCK_Q (Tiling.mid_tile_q)
 XLA_SMALL_BLOCK_Q = 32  # ... per tile over what the larger tiles leave (Tiling.small_tile_q)
+XLA_DECODE_BLOCK_KEYS = 64  # keys per block of the decode loop, in whole pages (Tiling.decode_block_keys)
 
 
 def tile_sizes(block_q: int | None = None, mid_block_q: int | None = None,
@@ -178,7 +179,6 @@ def tile_sizes(block_q: int | None = None, mid_block_q: int | None = None,
         if size < sizes[-1]:
             sizes.append(size)
     return tuple(sizes)
-XLA_DECODE_BLOCK_KEYS = 64  # keys per block of the decode loop, in whole pages (Tiling.decode_block_keys)
 
 
 def _online_step(carry, s, mask, v):
