@@ -47,7 +47,6 @@ Pure Python, no JAX.
 from __future__ import annotations
 
 import heapq
-
 import math
 from itertools import repeat
 

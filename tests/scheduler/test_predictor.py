@@ -84,7 +84,8 @@ def test_the_longest_decode_walks_alone_when_that_is_less_work():
     """One 32,700-key decode beside fifteen of 600 (the convoy's long request decoding): the batched
     loop would walk 16 slots x 32,704 keys; with the longest apart, 16 slots x 640 plus its own
     32,768 in 256-key tile blocks (`pallas_kernels.reference.decode_alone` makes the same choice).
-    Sixteen equal decodes stay together; so does a lone decode when its tile walk is no shorter."""
+    Sixteen equal decodes stay together; a lone decode in the 4-slot bucket walks alone, its own keys
+    in tile blocks being fewer than 4 slots' worth."""
     t = Tiling()
     assert decode_span(t, 16, (32700, 600)) == 16 * 640 + 32768
     assert feature_sums(Composition.of([(1, 600)] * 15 + [(1, 32700)]))[9] == 16 * 640 + 32768
