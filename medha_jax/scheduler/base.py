@@ -69,6 +69,7 @@ from medha_jax.request import Request, RequestStatus
 from medha_jax.scheduler.config import SchedulerConfig
 from medha_jax.scheduler.iteration_trace import IterationTrace
 from medha_jax.scheduler.kvp_cost import predict_pairs
+from medha_jax.scheduler.predictor import has_prefill
 from medha_jax.scheduler.records import Composition, IterationLog, IterationRecord
 from medha_jax.scheduler.stops import at_length, is_special, stop_status
 
@@ -349,7 +350,7 @@ class Scheduler:
                 self.predictor.observe(comp, measured_time)
             else:  # the slowest kvp group's raw prediction
                 self.predictor.observe_raw(predict_pairs(self.predictor, self.kv, comp.seqs, comp.groups, raw=True),
-                                           measured_time)
+                                           measured_time, has_prefill(comp))
         if self.trace is not None:
             self.trace.write(batch, now, measured_time, self.predictor)
 

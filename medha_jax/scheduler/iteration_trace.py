@@ -1,7 +1,7 @@
 """An operator's per-iteration trace: one JSON line per engine iteration, and a summary of a trace.
 
   Scheduler.record(batch, now, measured)  (SchedulerConfig.iteration_trace set)
-      -> IterationTrace.write: {"end", "measured", "predicted", "correction", "spell_ratio",
+      -> IterationTrace.write: {"end", "measured", "predicted", "correction", "decode_correction", "spell_ratio",
                                 "decodes", "decode_kv", "prefills": [[request id, start, tokens], ...]}
       -> the file, line-buffered (a crash loses at most the line being written)
   python -m medha_jax.scheduler.iteration_trace FILE [--spell 1.3]
@@ -12,9 +12,10 @@
 Why: the convoy's misses came in short spells of iterations running 2-3x their predictions on
 a shared VM; finding them took a patched engine. With this, `serve --iteration-trace FILE` shows
 whether a deployment's device keeps to the runtime predictor, and which iterations do not.
-`predicted` is the packer's corrected prediction, `correction` the predictor's online factor,
+`predicted` is the packer's corrected prediction, `correction` and `decode_correction` the
+predictor's online factors (iterations with a prefill chunk, decode-only ones),
 `spell_ratio` how much slower than the corrected predictions the device ran (`RuntimePredictor`),
-both after this iteration was observed: what the packer acts on next. Times in seconds; `end` is the engine's clock when the tokens were back.
+all after this iteration was observed: what the packer acts on next. Times in seconds; `end` is the engine's clock when the tokens were back.
 Pure Python, no JAX.
 """
 
@@ -49,6 +50,7 @@ class IterationTrace:
                 prefills.append([s.request_id, s.start_pos, s.num_tokens])
         line = {"end": round(end, 6), "measured": measured, "predicted": batch.predicted_time,
                 "correction": getattr(predictor, "correction", None),
+                "decode_correction": getattr(predictor, "decode_correction", None),
                 "spell_ratio": getattr(predictor, "spell_ratio", None),
                 "decodes": decodes, "decode_kv": decode_kv, "prefills": prefills}
         self._file.write(json.dumps(line, separators=(",", ":")) + "\n")

@@ -83,6 +83,10 @@ class KVPBatchCost:
     def time(self) -> float:
         return max(cost.time() for cost in self.groups)
 
+    def prefill_time(self) -> float:
+        """`BatchCost.prefill_time` of the slowest group."""
+        return max(cost.prefill_time() for cost in self.groups)
+
     def group_time(self, g: int) -> float:
         """Predicted seconds of group g's share alone."""
         return self.groups[g].time()

@@ -23,18 +23,26 @@ A chunk of 16 tokens costs as much attention as one of 32, and one of 128 about 
 measurements support (none, if they explain nothing). Coefficients are non-negative (fitted by
 NNLS, relative-error weighted), so predictions grow with every kind of work, except that a chunk
 reaching a multiple of 128 tokens may cost less than the one just below it (`chunk_period`: the
-packer's search allows for it). Predictions are multiplied by `correction`, an exponential moving
-average (alpha 0.05) of measured/raw-predicted ratios that leaves spells out: each ratio is clipped
-to within SPELL of the average, and while the last two ratios are both more than SPELL off it on
-the same side (a spell: on the 2-core VM, runs of 2-20 iterations 2-3.4x slower than predicted, in
-every policy's rounds of the convoy benchmark) it does not move, unless the spell outlasts
-SPELL_LONGEST iterations (then it is the new normal, and the average follows it). With every ratio
-averaged in, a spell raised the correction by up to 45%, and the chunks of the ~40 iterations after it
-were 20-40% smaller than the budget allowed; following the spell's speed instead (chunks cut to fit
-the budget at the slow speed) cleared the queue of prefills slower than the overrunning iterations
-did (`benchmarks/transient_slowdown.py`: 2.3x the missed deadlines; leaving spells out: 0.15-1.0x).
-`slowdown` is how much slower than predicted the device runs right now: the larger of `correction`
-and the last iteration's ratio, so that a slow spell shows at its first iteration. Pure Python.
+packer's search allows for it). Predictions are multiplied by an online correction, one for each
+kind of iteration: `correction` for those holding a prefill chunk, `decode_correction` for
+decode-only ones. Each is an exponential moving average (alpha 0.05) of its kind's
+measured/raw-predicted ratios. One factor for both went wrong on the convoy benchmark (2-core VM,
+`benchmarks/results/convoy_split_correction.md`): decode-only iterations there ran ~0.5x their
+raw predictions, chunk iterations ~1.1x; the decode-only ones (nine in ten) pulled the shared
+factor to 0.54, the packer sized chunks to budgets they overran 2x, and every chunk iteration
+looked like a slow spell (slo halved the long prompt's budget for it). The average leaves spells
+out: each ratio is clipped to within SPELL of its kind's average, and while the last two
+iterations are both more than SPELL off their kind's average on the same side (a spell: on the
+2-core VM, runs of 2-20 iterations 2-3.4x slower than predicted, in every policy's rounds of the
+convoy benchmark) it does not move, unless the spell outlasts SPELL_LONGEST iterations (then it
+is the new normal, and the average follows it). With every ratio averaged in, a spell raised the
+correction by up to 45%, and the chunks of the ~40 iterations after it were 20-40% smaller than
+the budget allowed; following the spell's speed instead (chunks cut to fit the budget at the slow
+speed) cleared the queue of prefills slower than the overrunning iterations did
+(`benchmarks/transient_slowdown.py`: 2.3x the missed deadlines; leaving spells out: 0.15-1.0x).
+`slowdown` is how much slower than raw predictions prefill work runs right now: the larger of
+`correction` and `correction` times how far off its kind's average the last iteration ran, so
+that a slow spell shows at its first iteration. Pure Python.
 """
 
 from __future__ import annotations
@@ -86,6 +94,11 @@ class ProfileKey:
 
 def profile_path(directory: str, key: ProfileKey) -> str:
     return os.path.join(directory, key.filename())
+
+
+def has_prefill(comp: Composition) -> bool:
+    """Whether the iteration holds a prefill chunk (any pair but a decode: q == 1 over kv > 0)."""
+    return any(q != 1 or kv == 0 for q, kv in comp.seqs)
 
 
 def feature_sums(comp: Composition, tiling: Tiling = DEFAULT_TILING) -> list[float]:
@@ -149,8 +162,11 @@ class RuntimePredictor:
         self.key = key
         self.tiling = tiling
         self.ema_alpha = ema_alpha
-        self.correction = 1.0  # slow moving average of measured / raw predicted, spells left out
+        self.correction = 1.0  # iterations with a prefill chunk: slow average of measured / raw predicted
+        self.decode_correction = 1.0  # decode-only iterations: the same (spells left out of both)
         self.last_ratio = 1.0  # the last iteration's measured / raw predicted (clamped)
+        self.last_off = 1.0  # last_ratio / its kind's correction: how far off the average it ran
+        self._off = 1.0  # the same against the correction before it was folded in (spells are told by it)
         self._spell = 0  # iterations in the current spell
         self.fit_info = dict(fit_info or {})
 
@@ -160,7 +176,7 @@ class RuntimePredictor:
         return sum(c * f for c, f in zip(self._coef, feature_sums(comp, self.tiling)) if c)
 
     def predict(self, comp: Composition) -> float:
-        return self.predict_raw(comp) * self.correction
+        return self.predict_raw(comp) * (self.correction if has_prefill(comp) else self.decode_correction)
 
     def batch_cost(self) -> "BatchCost":
         return BatchCost(self)
@@ -182,37 +198,44 @@ class RuntimePredictor:
 
     # ---- online correction -----------------------------------------------------------------
     def observe(self, comp: Composition, measured: float) -> None:
-        """Fold one measured iteration into the correction factor (ratios clamped to [0.2, 5])."""
-        self.observe_raw(self.predict_raw(comp), measured)
+        """Fold one measured iteration into its kind's correction (ratios clamped to [0.2, 5])."""
+        self.observe_raw(self.predict_raw(comp), measured, has_prefill(comp))
 
-    def observe_raw(self, raw: float, measured: float) -> None:
-        """`observe` given the raw prediction (e.g. the slowest kvp group's, `kvp_cost`)."""
+    def observe_raw(self, raw: float, measured: float, prefill: bool = True) -> None:
+        """`observe` given the raw prediction (e.g. the slowest kvp group's, `kvp_cost`) and the
+        iteration's kind (prefill: it held a prefill chunk)."""
         if raw <= 0.0 or not measured > 0.0:
             return
         ratio = min(max(measured / raw, 0.2), 5.0)
-        prev, self.last_ratio = self.last_ratio, ratio
-        c = self.correction
-        hi, lo = c * SPELL, c / SPELL
-        self._spell = self._spell + 1 if (ratio > hi and prev > hi) or (ratio < lo and prev < lo) else 0
+        c = self.correction if prefill else self.decode_correction
+        prev, off = self._off, ratio / c  # how far off its kind's average, before this one moves it
+        self._off = off
+        self._spell = self._spell + 1 if (off > SPELL and prev > SPELL) or (off * SPELL < 1.0 and prev * SPELL < 1.0) else 0
         if self._spell == 0 or self._spell > SPELL_LONGEST:
-            self.correction = c + self.ema_alpha * (min(max(ratio, lo), hi) - c)
+            c += self.ema_alpha * (min(max(ratio, c / SPELL), c * SPELL) - c)
+            if prefill:
+                self.correction = c
+            else:
+                self.decode_correction = c
+        self.last_ratio, self.last_off = ratio, ratio / c
 
     @property
     def slowdown(self) -> float:
-        """How much slower than its raw predictions the device runs now, at least 1: the larger of
-        the correction and the last iteration's ratio (a slow spell's first iteration shows in
-        the ratio at once, in the correction only after tens of iterations)."""
-        return max(1.0, self.correction, self.last_ratio)
+        """How much slower than its raw predictions prefill work runs now, at least 1: the larger
+        of the correction and the correction times how far off its kind's average the last
+        iteration ran (a slow spell's first iteration shows at once, in the correction only after
+        tens of iterations)."""
+        return max(1.0, self.correction, self.correction * self.last_off)
 
     @property
     def spell_ratio(self) -> float:
         """How much slower than its corrected predictions the last iteration ran, at least 1 (on
         a device steadily faster than its profile the correction is below 1, and this stays 1
         where slowdown / correction would not)."""
-        return max(1.0, self.last_ratio / self.correction) if self.correction > 0.0 else 1.0
+        return max(1.0, self.last_off)
 
     def reset_correction(self) -> None:
-        self.correction = self.last_ratio = 1.0
+        self.correction = self.decode_correction = self.last_ratio = self.last_off = self._off = 1.0
         self._spell = 0
 
     # ---- fitting and scoring ---------------------------------------------------------------
@@ -309,14 +332,15 @@ class RuntimePredictor:
 class BatchCost:
     """Running feature sums of a batch being packed: O(1) per added seq and per what-if query."""
 
-    __slots__ = ("c", "tiling", "tiled", "corr", "tokens", "chunk_kv", "chunk_sq", "decodes", "decode_kv", "max_ctx",
+    __slots__ = ("c", "tiling", "tiled", "corr", "dcorr", "tokens", "chunk_kv", "chunk_sq", "decodes", "decode_kv", "max_ctx",
                  "n", "tiles", "small", "longest")
 
     def __init__(self, predictor: RuntimePredictor, raw: bool = False):
         self.c = predictor._coef
         self.tiling = predictor.tiling
         self.tiled = bool(self.c[8] or self.c[10])  # else the tile terms are 0: skip counting tiles
-        self.corr = 1.0 if raw else predictor.correction
+        self.corr = 1.0 if raw else predictor.correction  # a batch with a prefill chunk
+        self.dcorr = 1.0 if raw else predictor.decode_correction  # a decode-only batch
         self.tokens = self.chunk_kv = self.chunk_sq = self.decodes = self.decode_kv = self.max_ctx = 0
         self.n = 0
         self.longest = (0, 0)  # the two longest decodes' cached lengths
@@ -351,12 +375,20 @@ class BatchCost:
 
     def _t(self, tokens, chunk_kv, chunk_sq, decodes, decode_kv, max_ctx, tiles, small, n, longest) -> float:
         return _linear_time(self.c, self.tiling, tokens, chunk_kv, chunk_sq, decodes, decode_kv, max_ctx, tiles,
-                            small, n, longest) * self.corr
+                            small, n, longest) * (self.corr if tokens > decodes or chunk_kv or chunk_sq else self.dcorr)
 
     def fixed(self) -> float:
         """Seconds every iteration pays however little it holds (the model's intercept): a
         prefill chunk alone pays it too, so it is no part of what decodes take from prefills."""
         return self.c[0] * self.corr
+
+    def prefill_time(self) -> float:
+        """`time()` at the correction of an iteration holding a prefill chunk, which a chunk added
+        to this batch would make it (the decodes' share of such an iteration)."""
+        if self.n == 0:
+            return 0.0
+        return _linear_time(self.c, self.tiling, self.tokens, self.chunk_kv, self.chunk_sq, self.decodes, self.decode_kv,
+                            self.max_ctx, self.tiles, self.small, self.n, self.longest) * self.corr
 
     def time(self) -> float:
         if self.n == 0:

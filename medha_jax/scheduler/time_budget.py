@@ -101,11 +101,12 @@ class TimeBudgetPacker:
         pred = self.predictor
         # the share of the budget the decodes leave to prefill progress: a chunk alone pays the
         # iteration's fixed time too, so only what the decodes add to it is theirs
-        fixed = cost.fixed()
-        if t_target > fixed and t_pred > fixed:
-            share = 1.0 - (t_pred - fixed) / (t_target - fixed)
+        # (both at the correction of an iteration with a chunk, which adding one makes this batch)
+        fixed, t_dec = cost.fixed(), cost.prefill_time()
+        if t_target > fixed and t_dec > fixed:
+            share = 1.0 - (t_dec - fixed) / (t_target - fixed)
         else:  # no decodes, or a budget below the fixed time (then the whole batch counts)
-            share = 1.0 - t_pred / t_target
+            share = 1.0 - t_dec / t_target
         sched.policy.on_iteration(max(0.0, share), sched.token_target, pred.slowdown,
                                   pred.spell_ratio, sched.rescue_stretch)
         per_group = kv.per_group_batches

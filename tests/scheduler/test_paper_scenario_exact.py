@@ -40,6 +40,8 @@ class ParallelBatchCost:
     def time(self):
         return self.t
 
+    prefill_time = time
+
     def time_with(self, q, kv, h=0):
         return max(self.t, C * q)
 
@@ -47,7 +49,7 @@ class ParallelBatchCost:
 class ParallelBatchDevice:
     """A fake predictor (and device) with the interface the scheduler uses."""
 
-    correction = slowdown = spell_ratio = 1.0
+    correction = decode_correction = slowdown = spell_ratio = 1.0
     chunk_period = 0  # times only grow with the chunk
     _coef = ()
 

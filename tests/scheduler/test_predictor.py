@@ -262,6 +262,40 @@ def test_slowdown_shows_a_slow_spell_at_once_and_never_goes_below_one():
     assert (p.correction, p.last_ratio) == (1.0, 1.0)
 
 
+def test_decode_only_and_prefill_iterations_keep_their_own_corrections():
+    """The convoy on the 2-core VM: decode-only iterations ran ~0.5x their raw predictions, those
+    with a prefill chunk ~1.1x. One shared factor fell to ~0.5 (nine iterations in ten were
+    decode-only), chunks were sized to budgets they then overran 2x, and every chunk iteration
+    looked like a slow spell. Each kind now keeps its own average, and interleaving them is no
+    spell."""
+    p = RuntimePredictor({"const": 1e-3, "tokens": 1e-4, "decode_kv": 1e-6})
+    decodes = Composition.of([(1, 500)] * 8)
+    chunk = Composition.of([(256, 4000)] + [(1, 500)] * 8)
+    for i in range(1000):
+        if i % 10 == 9:
+            p.observe(chunk, 1.1 * p.predict_raw(chunk))
+        else:
+            p.observe(decodes, 0.5 * p.predict_raw(decodes))
+        if i >= 500:  # settled: each kind within SPELL of its own average, so no spell
+            assert p._spell == 0 and p.spell_ratio < SPELL
+    assert p.decode_correction == pytest.approx(0.5, rel=0.02)
+    assert p.correction == pytest.approx(1.1, rel=0.02)
+    assert p.predict(chunk) == pytest.approx(1.1 * p.predict_raw(chunk), rel=0.02)
+    assert p.slowdown == pytest.approx(p.correction, rel=0.02)  # prefill work runs at its own kind's speed
+    cost = p.batch_cost()  # the packer: decodes alone at theirs, a chunk added at the prefill kind's
+    cost.add_decodes(8, 8 * 500, 500, 500)
+    assert cost.time() == pytest.approx(p.predict(decodes), rel=1e-12)
+    assert cost.prefill_time() == pytest.approx(p.correction * p.predict_raw(decodes), rel=1e-12)
+    assert cost.time_with(256, 4000) == pytest.approx(p.predict(chunk), rel=1e-12)
+    cost.add(256, 4000)
+    assert cost.time() == pytest.approx(p.predict(chunk), rel=1e-12)
+    shared = RuntimePredictor({"const": 1e-3, "tokens": 1e-4, "decode_kv": 1e-6})
+    shared.observe_raw(shared.predict_raw(chunk), 3.0 * shared.predict_raw(chunk), prefill=False)
+    shared.observe_raw(shared.predict_raw(chunk), 3.0 * shared.predict_raw(chunk), prefill=True)
+    assert shared._spell == 1  # a slow spell spans both kinds: the device, not the batch, is slow
+    assert shared.slowdown == pytest.approx(3.0, rel=0.01)
+
+
 def test_save_load_roundtrip_and_key_check(tmp_path):
     key = ProfileKey(model="llama3-8b", mesh="tp=8,spp=1,kvp=1", dtype="bfloat16", device="NVIDIA H100 80GB")
     samples = [(c, RuntimePredictor({**TRUE, "tile_kv": 1e-9}).predict(c)) for c in random_compositions(50)]
