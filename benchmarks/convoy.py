@@ -74,7 +74,7 @@ from convoy_report import markdown_table, plot_ttft_cdf, plot_ttft_over_time, su
 
 from medha_jax.scheduler.config import TIME_BUDGET_POLICIES, SchedulerConfig  # noqa: E402
 from medha_jax.scheduler.iteration_trace import trace_stats  # noqa: E402
-from medha_jax.scheduler.predictor import RuntimePredictor  # noqa: E402
+from medha_jax.scheduler.predictor import PROFILE_VERSION, RuntimePredictor  # noqa: E402
 
 DEFAULT_POLICY = SchedulerConfig().policy
 TABLE_ORDER = ("fcfs_nonchunked", "fcfs", "srpt", "edf", "lrs", "lars", "slo")
@@ -546,7 +546,8 @@ def main(argv=None) -> int:
         # 2: the runtime profile (t_target derives from its attention tiles)
         prof_path, prof_s = ensure_profile(ns, flags, profile_dir, workdir)
         pred = RuntimePredictor.load(prof_path)
-        report["profile"] = {"path": prof_path, "measured_s": round(prof_s, 1), "coefficients": pred.coefficients,
+        report["profile"] = {"path": prof_path, "version": PROFILE_VERSION, "measured_s": round(prof_s, 1),
+                             "coefficients": pred.coefficients,
                              "tiling": dataclasses.asdict(pred.tiling), "fit": pred.fit_info, "load": load_snapshot()}
         choice = choose(ns, fit, pred)
         report["choice"] = choice

@@ -45,8 +45,11 @@ def requests_of(workload: list[dict]) -> list[Request]:
 
 def profile_predictor(profile: dict) -> RuntimePredictor:
     """The predictor a convoy run used. Runs before profile version 3 stored no tiling: they ran
-    the default one, and their `tile_kv` coefficient counted the 32-query tiles too."""
+    the default one, and their `tile_kv` coefficient counted the 32-query tiles too; before
+    version 6 it counted the 128-query tile too."""
     coef = dict(profile["coefficients"])
+    if profile.get("version", 0) < 6:
+        coef.setdefault("mid_tile_kv", coef.get("tile_kv", 0.0))
     if "tiling" not in profile:
         coef["small_tile_kv"] = coef.get("tile_kv", 0.0)
         return RuntimePredictor(coef)

@@ -1,7 +1,7 @@
 """The XLA attention backend's loop shapes on one engine, and the work its loops do.
 
   engine (page size, smallest page-table and sequence buckets) --Tiling.for_engine--> Tiling
-  Tiling + a prefill chunk (q tokens over kv cached) --tile_work--> (big-tile, small-tile) key walks
+  Tiling + a prefill chunk (q tokens over kv cached) --tile_work--> (wide-, mid-, small-tile) key walks
   Tiling + the decodes of a batch --decode_span--> key slots the decode loops walk
 
 `pallas_kernels.reference.paged_attention_xla` runs a prefill chunk in tiles of `tile_q` query
@@ -14,8 +14,11 @@ smallest buckets, which is why these are parameters and not constants: a profile
 64-token pages and a 16-slot sequence bucket walks 4x larger blocks and never fewer than 16 slots
 (with the default shapes assumed instead, its held-out error was 23.5%, with them 10.0%, and 8.5%
 with the two tile kinds apart; `benchmarks/results/predictor_cpu.md`). A 128- or 256-query tile
-costs less per query than a 32-query one (each walks the same keys), so wide and narrow tiles are
-counted apart and a 128-token chunk can cost less than a 96-token one. Pure Python.
+costs less per query than a 32-query one (each walks the same keys), so the three tile kinds are
+counted apart and a 128-token chunk can cost less than a 96-token one; the 128-query tile costs
+~1.15x more per query than a 256-query one (each gathers the same key blocks for half the
+queries: 128 tokens over 16K keys 75 ms, 256 tokens 126 ms), which a long prompt's chunks under
+a budget pay at every step. Pure Python.
 """
 
 from __future__ import annotations
@@ -61,9 +64,9 @@ class Tiling:
 DEFAULT_TILING = Tiling()
 
 
-def tile_work(t: Tiling, q: int, kv: int, new: int | None = None) -> tuple[float, float]:
-    """Key-query pairs a prefill chunk's tiles walk: (its wide tiles: t.tile_q-query ones and at most
-    one of t.mid_tile_q, its t.small_tile_q-query tiles over the rest). A tile ending at local token e steps
+def tile_work(t: Tiling, q: int, kv: int, new: int | None = None) -> tuple[float, float, float]:
+    """Key-query pairs a prefill chunk's tiles walk: (its t.tile_q-query tiles, its t.mid_tile_q-query
+    tile (at most one), its t.small_tile_q-query tiles over the rest). A tile ending at local token e steps
     a block of keys at a time up to its causal frontier kv + min(e, new), over kv cached keys and
     `new` keys written by the chunk itself (default q; fewer on a kvp group that holds only part of
     the chunk). The block is t.prefill_block_keys, or the whole page table when that is narrower
@@ -78,8 +81,8 @@ def tile_work(t: Tiling, q: int, kv: int, new: int | None = None) -> tuple[float
     big, mid, small = t.tile_q, t.mid_tile_q, t.small_tile_q
     split = q // big * big
     mid_end = split + (q - split) // mid * mid
-    rows_wide = rows(big, 0, split) + rows(mid, split, mid_end)
-    return float(rows_wide * block), float(rows(small, mid_end, mid_end + -(-(q - mid_end) // small) * small) * block)
+    return (float(rows(big, 0, split) * block), float(rows(mid, split, mid_end) * block),
+            float(rows(small, mid_end, mid_end + -(-(q - mid_end) // small) * small) * block))
 
 
 def decode_span(t: Tiling, num_seqs: int, longest: tuple[int, int]) -> int:

@@ -5,7 +5,7 @@ A sequence placed on first group h keeps block b = positions [b*M, (b+1)*M) on g
 
     c = clamp(kv - g0, 0, M)      keys of the sequence cached on g before the iteration
     e = clamp(kv + q - g0, 0, M)  keys on g after it (the new ones land on g where e > c)
-    prefill chunk: chunk_kv q*c, chunk_sq q*(e - c), context e, tile work over c + (e - c)/2
+    prefill chunk: chunk_kv q*c, chunk_sq q*(e - c), context e, tile work (wide, mid, small) over c + (e - c)/2
     decode:        where the sequence has keys on g: decodes 1, decode_kv c, context e, span c
 
 and its q query tokens (projections, MLP, sampling) count on
@@ -44,7 +44,7 @@ class KVPBatchCost:
         self.tiling = predictor.tiling
 
     def _parts(self, q: int, kv: int, h: int, g: int) -> tuple | None:
-        """(tokens, chunk_kv, chunk_sq, decodes, decode_kv, context, big- and small-tile work,
+        """(tokens, chunk_kv, chunk_sq, decodes, decode_kv, context, wide-, mid- and small-tile work,
         decode kv on g) of one sequence on group g, or None when g has nothing of it to do."""
         M = self.M
         base = ((g - h) % self.kvp) * M  # the block of the sequence that g holds
@@ -53,9 +53,9 @@ class KVPBatchCost:
         own = self.replicated or owner(q, kv, h, M, self.kvp) == g
         t = q if own else 0
         if not e:
-            return (t, 0, 0, 0, 0, 0, 0.0, 0.0, 0) if own else None
+            return (t, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0) if own else None
         if q == 1 and kv > 0:
-            return t, 0, 0, 1, c, e, 0.0, 0.0, c
+            return t, 0, 0, 1, c, e, 0.0, 0.0, 0.0, c
         return t, q * c, q * (e - c), 0, 0, e, *tile_work(self.tiling, q, c, e - c), 0
 
     def add(self, q: int, kv: int, h: int = 0) -> None:
@@ -63,7 +63,7 @@ class KVPBatchCost:
             parts = self._parts(q, kv, h, g)
             if parts is None:
                 continue
-            t, ckv, csq, d, dkv, ctx, tiles, small, gkv = parts
+            t, ckv, csq, d, dkv, ctx, tiles, mid, small, gkv = parts
             cost.n += 1
             cost.tokens += t
             cost.chunk_kv += ckv
@@ -72,6 +72,7 @@ class KVPBatchCost:
             cost.decode_kv += dkv
             cost.max_ctx = max(cost.max_ctx, ctx)
             cost.tiles += tiles
+            cost.mid += mid
             cost.small += small
             cost.longest = top_two(cost.longest, gkv)
 
@@ -100,9 +101,10 @@ class KVPBatchCost:
             parts = self._parts(q, kv, h, g)
             if parts is None:
                 continue
-            tk, ckv, csq, d, dkv, ctx, tiles, small, gkv = parts
+            tk, ckv, csq, d, dkv, ctx, tiles, mid, small, gkv = parts
             t = cost._t(cost.tokens + tk, cost.chunk_kv + ckv, cost.chunk_sq + csq, cost.decodes + d,
-                        cost.decode_kv + dkv, max(cost.max_ctx, ctx), cost.tiles + tiles, cost.small + small,
+                        cost.decode_kv + dkv, max(cost.max_ctx, ctx), cost.tiles + tiles, cost.mid + mid,
+                        cost.small + small,
                         cost.n + 1, top_two(cost.longest, gkv))
             worst = max(worst, t)
         return worst

@@ -9,7 +9,8 @@
 Model (per iteration; the layer count is folded into the coefficients):
   t = const + tokens * sum(q) + chunk_kv * sum_prefill(q * kv) + chunk_sq * sum_prefill(q^2)
         + decodes * n_decodes + decode_kv * sum_decode(kv) + tokens_maxctx * sum(q) * max(q + kv)
-        + tile_kv * sum_prefill(wide-tile key walks) + small_tile_kv * sum_prefill(small-tile key walks)
+        + tile_kv * sum_prefill(wide-tile key walks) + mid_tile_kv * sum_prefill(mid-tile key walks)
+        + small_tile_kv * sum_prefill(small-tile key walks)
         + decode_span * key slots of the batched decode loop   [+ tokens_sq * sum(q)^2]
 where a pair (q, kv) is a decode when q == 1 and kv > 0, and kv counts tokens cached before the
 iteration. The tiled terms follow the XLA attention backend's loops on this engine's shapes
@@ -59,19 +60,19 @@ from medha_jax.scheduler.nnls import nnls
 from medha_jax.scheduler.records import Composition
 
 FEATURES = ("const", "tokens", "chunk_kv", "chunk_sq", "decodes", "decode_kv", "tokens_sq", "tokens_maxctx",
-            "tile_kv", "decode_span", "small_tile_kv")
+            "tile_kv", "decode_span", "small_tile_kv", "mid_tile_kv")
 ANALYTIC_FEATURES = ("const", "tokens", "chunk_kv", "chunk_sq", "decodes", "decode_kv", "tokens_maxctx")
 """For a device whose time is a smooth function of the work (the simulator's device models)."""
-TILED_FEATURES = ("tile_kv", "small_tile_kv", "decode_span")
+TILED_FEATURES = ("tile_kv", "mid_tile_kv", "small_tile_kv", "decode_span")
 """The terms whose values depend on the engine's `Tiling`."""
 DEFAULT_FEATURES = ANALYTIC_FEATURES + TILED_FEATURES
 """For measured profiles: adds the attention backend's tiling."""
 PROFILE_FORMAT = "medha-jax-runtime-profile"
-PROFILE_VERSION = 5
+PROFILE_VERSION = 6
 """Bumped whenever a feature's meaning changes (2: tile_kv counts 128-query tiles, was 32; 3: the
 32-query tiles are small_tile_kv, and the tiling is the engine's, stored in the profile; 4: tile_kv
 counts 256-query tiles and at most one 128-query tile a chunk; 5: decode_span lets the longest
-decode walk alone)."""
+decode walk alone; 6: the 128-query tile is mid_tile_kv, tile_kv counts 256-query tiles only)."""
 
 
 class StaleProfileError(ValueError):
@@ -114,7 +115,7 @@ def feature_sums(comp: Composition, tiling: Tiling = DEFAULT_TILING) -> list[flo
     max_dkv = longest[0]
     tokens, max_ctx = decodes, max_dkv + 1 if decodes else 0
     chunk_kv = chunk_sq = 0
-    tiles = small = 0.0
+    tiles = mid = small = 0.0
     if decodes < len(seqs):
         for q, kv in seqs:
             if q == 1 and kv > 0:
@@ -123,18 +124,20 @@ def feature_sums(comp: Composition, tiling: Tiling = DEFAULT_TILING) -> list[flo
             max_ctx = max(max_ctx, q + kv)
             chunk_kv += q * kv
             chunk_sq += q * q
-            b, s = tile_work(tiling, q, kv)
+            b, m, s = tile_work(tiling, q, kv)
             tiles += b
+            mid += m
             small += s
     return [1.0, tokens, chunk_kv, chunk_sq, decodes, decode_kv, tokens * tokens, tokens * max_ctx, tiles,
-            decode_span(tiling, len(seqs), longest), small]
+            decode_span(tiling, len(seqs), longest), small, mid]
 
 
-def _linear_time(c, tiling, tokens, chunk_kv, chunk_sq, decodes, decode_kv, max_ctx, tiles, small, n, longest) -> float:
+def _linear_time(c, tiling, tokens, chunk_kv, chunk_sq, decodes, decode_kv, max_ctx, tiles, mid, small, n,
+                 longest) -> float:
     """The model over a batch's running sums (c: coefficients in FEATURES order; longest: the two
     longest decodes' cached lengths)."""
     return (c[0] + c[1] * tokens + c[2] * chunk_kv + c[3] * chunk_sq + c[4] * decodes
-            + c[5] * decode_kv + c[6] * tokens * tokens + c[7] * tokens * max_ctx + c[8] * tiles + c[10] * small
+            + c[5] * decode_kv + c[6] * tokens * tokens + c[7] * tokens * max_ctx + c[8] * tiles + c[11] * mid + c[10] * small
             + (c[9] * decode_span(tiling, n, longest) if c[9] else 0.0))
 
 
@@ -193,7 +196,7 @@ class RuntimePredictor:
         """Raw seconds of a batch holding one prefill chunk alone (used by the prefill-time cache)."""
         t = self.tiling
         if q == 1 and kv > 0:  # counted as a decode, exactly as predict_raw does
-            return _linear_time(self._coef, t, 1, 0, 0, 1, kv, kv + 1, 0.0, 0.0, 1, (kv, 0))
+            return _linear_time(self._coef, t, 1, 0, 0, 1, kv, kv + 1, 0.0, 0.0, 0.0, 1, (kv, 0))
         return _linear_time(self._coef, t, q, q * kv, q * q, 0, 0, q + kv, *tile_work(t, q, kv), 1, (0, 0))
 
     # ---- online correction -----------------------------------------------------------------
@@ -333,18 +336,18 @@ class BatchCost:
     """Running feature sums of a batch being packed: O(1) per added seq and per what-if query."""
 
     __slots__ = ("c", "tiling", "tiled", "corr", "dcorr", "tokens", "chunk_kv", "chunk_sq", "decodes", "decode_kv", "max_ctx",
-                 "n", "tiles", "small", "longest")
+                 "n", "tiles", "mid", "small", "longest")
 
     def __init__(self, predictor: RuntimePredictor, raw: bool = False):
         self.c = predictor._coef
         self.tiling = predictor.tiling
-        self.tiled = bool(self.c[8] or self.c[10])  # else the tile terms are 0: skip counting tiles
+        self.tiled = bool(self.c[8] or self.c[10] or self.c[11])  # else the tile terms are 0: skip counting tiles
         self.corr = 1.0 if raw else predictor.correction  # a batch with a prefill chunk
         self.dcorr = 1.0 if raw else predictor.decode_correction  # a decode-only batch
         self.tokens = self.chunk_kv = self.chunk_sq = self.decodes = self.decode_kv = self.max_ctx = 0
         self.n = 0
         self.longest = (0, 0)  # the two longest decodes' cached lengths
-        self.tiles = self.small = 0.0
+        self.tiles = self.mid = self.small = 0.0
 
     def add(self, q: int, kv: int, h: int = 0) -> None:
         """A sequence of q tokens over kv cached ones (h, its kvp group, is for `KVPBatchCost`)."""
@@ -359,8 +362,9 @@ class BatchCost:
             self.chunk_kv += q * kv
             self.chunk_sq += q * q
             if self.tiled:
-                b, s = tile_work(self.tiling, q, kv)
+                b, m, s = tile_work(self.tiling, q, kv)
                 self.tiles += b
+                self.mid += m
                 self.small += s
 
     def add_decodes(self, n: int, kv_sum: int, kv_max: int = 0, kv_second: int = 0) -> None:
@@ -373,9 +377,9 @@ class BatchCost:
         self.decodes += n
         self.decode_kv += kv_sum
 
-    def _t(self, tokens, chunk_kv, chunk_sq, decodes, decode_kv, max_ctx, tiles, small, n, longest) -> float:
+    def _t(self, tokens, chunk_kv, chunk_sq, decodes, decode_kv, max_ctx, tiles, mid, small, n, longest) -> float:
         return _linear_time(self.c, self.tiling, tokens, chunk_kv, chunk_sq, decodes, decode_kv, max_ctx, tiles,
-                            small, n, longest) * (self.corr if tokens > decodes or chunk_kv or chunk_sq else self.dcorr)
+                            mid, small, n, longest) * (self.corr if tokens > decodes or chunk_kv or chunk_sq else self.dcorr)
 
     def fixed(self) -> float:
         """Seconds every iteration pays however little it holds (the model's intercept): a
@@ -388,20 +392,20 @@ class BatchCost:
         if self.n == 0:
             return 0.0
         return _linear_time(self.c, self.tiling, self.tokens, self.chunk_kv, self.chunk_sq, self.decodes, self.decode_kv,
-                            self.max_ctx, self.tiles, self.small, self.n, self.longest) * self.corr
+                            self.max_ctx, self.tiles, self.mid, self.small, self.n, self.longest) * self.corr
 
     def time(self) -> float:
         if self.n == 0:
             return 0.0
         return self._t(self.tokens, self.chunk_kv, self.chunk_sq, self.decodes, self.decode_kv, self.max_ctx,
-                       self.tiles, self.small, self.n, self.longest)
+                       self.tiles, self.mid, self.small, self.n, self.longest)
 
     def time_with(self, q: int, kv: int, h: int = 0) -> float:
         """Predicted seconds if a prefill chunk of q tokens over kv cached tokens were added."""
         ctx = max(self.max_ctx, q + kv)
         if q == 1 and kv > 0:
             return self._t(self.tokens + 1, self.chunk_kv, self.chunk_sq, self.decodes + 1, self.decode_kv + kv, ctx,
-                           self.tiles, self.small, self.n + 1, top_two(self.longest, kv))
-        b, s = tile_work(self.tiling, q, kv) if self.tiled else (0.0, 0.0)
+                           self.tiles, self.mid, self.small, self.n + 1, top_two(self.longest, kv))
+        b, m, s = tile_work(self.tiling, q, kv) if self.tiled else (0.0, 0.0, 0.0)
         return self._t(self.tokens + q, self.chunk_kv + q * kv, self.chunk_sq + q * q, self.decodes, self.decode_kv,
-                       ctx, self.tiles + b, self.small + s, self.n + 1, self.longest)
+                       ctx, self.tiles + b, self.mid + m, self.small + s, self.n + 1, self.longest)

@@ -20,10 +20,11 @@
           the search allows for it), cut back to whole chunk_periods when those give more tokens
           per second of batch time (`chunking.budget_chunk`; not the prompt's last chunk)
       whole tiles (a tiled profile, decodes in the batch, not the prompt's last chunk): a chunk
-          ending inside an attention tile that costs TILE_GAIN more per token than the whole tile
-          grows to the whole tile if the decodes banked the time (`tpot_bank`: ahead of their
-          mean-TPOT schedule; at most bank_cap * t_target), or waits one iteration if they would
-          bank it while this one runs without it (never twice in a row)
+          that is no whole number of the widest tiles and costs TILE_GAIN more per token than the
+          next whole tile (mid or widest, whichever costs less per token) grows to that tile if
+          the decodes banked the time (`tpot_bank`: ahead of their mean-TPOT schedule; at most
+          bank_cap * t_target), or waits one iteration if they would bank it while this one runs
+          without it (never twice in a row)
       pages reserved (running prefills may preempt lower-priority partial prefills) -> into batch
   batch.predicted_time = the predictor's estimate for the whole batch
 
@@ -35,7 +36,10 @@ chunk that fits shrinks. Departure from the paper's hard budget (bank_cap > 1): 
 attention a 64- or 96-token chunk costs 1.3x more per token than a 128-token one at any context
 (two or three 32-query tiles walk the keys that one 128-query tile walks once; the start-up
 profile at the convoy benchmark's shapes), and under that benchmark's budget a long prompt's
-chunks past ~20K cached keys were 64 tokens beside decodes. What a TPOT target bounds, each
+chunks past ~20K cached keys were 64 tokens beside decodes; likewise a 128-token chunk costs
+~1.15x more per token than a 256-token one (the 128-query tile gathers each key block for half
+the queries), and with the budget fitting 128 tokens and not 256 (17K-22K cached keys at the
+convoy's load 0.2) those iterations used 0.09 of the 0.15 s budget. What a TPOT target bounds, each
 decode's mean time per output token, is kept; one iteration may take up to bank_cap * t_target.
 If nothing at all would run (no decodes, no chunk fits the budget), the best candidate still gets
 `min_chunk` tokens so that a prefill whose smallest chunk overruns t_target is slow rather than
@@ -166,7 +170,7 @@ class TimeBudgetPacker:
                 if not batch.is_empty:
                     continue
                 n = min(req.num_remaining_tokens, cfg.min_chunk, tokens_left)
-            elif whole_tiles and n % self.predictor.chunk_period:
+            elif whole_tiles and n % self.predictor.tiling.tile_q:
                 n = self._whole_tiles(sched, batch, cost, req, processed, h, n, tokens_left, t_pred, now, keep)
                 if n == 0:
                     continue
@@ -196,13 +200,20 @@ class TimeBudgetPacker:
 
     def _whole_tiles(self, sched, batch: ScheduledBatch, cost, req, processed: int, h: int, n: int, limit: int,
                      t_pred: float, now: float, keep: float) -> int:
-        """The chunk for `req` when its budgeted chunk `n` ends inside an attention tile (n itself
-        when it is the prompt's last chunk: the tile is capped at the remainder): the whole
-        tile if the decodes' banked time covers it; 0 (wait) if they would bank enough while this
-        iteration runs without it and `req` did not wait last iteration; else n."""
+        """The chunk for `req` when its budgeted chunk `n` is no whole number of the widest tiles:
+        the next whole tile that costs the least per token (of chunk_period tokens, the mid tile,
+        or of tile_q, the widest; capped at the prompt's remainder) if the decodes' banked time
+        covers it; 0 (wait) if they would bank enough while this iteration runs without it and
+        `req` did not wait last iteration; else n."""
         p = self.predictor
-        up = min((n // p.chunk_period + 1) * p.chunk_period, req.num_remaining_tokens, limit)
-        if up <= n or p.chunk_time(n, processed) * up <= (1.0 + TILE_GAIN) * p.chunk_time(up, processed) * n:
+        last = min(req.num_remaining_tokens, limit)
+        per_token = p.chunk_time(n, processed) / n
+        up = n
+        for period in (p.chunk_period, p.tiling.tile_q):
+            m = min((n // period + 1) * period, last)
+            if m > n and p.chunk_time(m, processed) / m < (p.chunk_time(up, processed) / up if up > n else per_token):
+                up = m
+        if up <= n or per_token <= (1.0 + TILE_GAIN) * p.chunk_time(up, processed) / up:
             return n
         slack = decode_slack(batch, max(now, sched.busy_until), sched.token_target)
         if slack is None:

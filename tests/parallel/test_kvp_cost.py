@@ -26,7 +26,8 @@ def test_one_group_matches_the_plain_predictor_and_kvp_caps_long_decodes():
     pairs = [(1, 5000), (1, 300), (64, 0)]
     one = KVCacheManager(1000, 16, kvp=1)
     assert predict_pairs(p, one, pairs) == pytest.approx(p.predict(Composition.of(pairs)))
-    tiled = RuntimePredictor({**COEF, "tile_kv": 1e-5, "decode_span": 1e-6, "tokens_maxctx": 1e-7})
+    tiled = RuntimePredictor({**COEF, "tile_kv": 1e-5, "mid_tile_kv": 1.2e-5, "small_tile_kv": 1.5e-5,
+                              "decode_span": 1e-6, "tokens_maxctx": 1e-7})
     for extra in ([], [(40, 700)], [(16, 0), (1, 9000)]):
         got = KVPBatchCost(tiled, group_tokens=10**9, kvp=1)
         for q, kv in pairs + extra:

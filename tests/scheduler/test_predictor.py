@@ -29,18 +29,18 @@ def test_feature_sums_split_decodes_and_chunks():
     # decode span: 5 sequences take 8 slots; the longest decode (100 keys) walks alone in one 128-key
     # tile block, the 8 slots walk the next one's 50 keys in one block of 64 (8 x 128 together)
     assert feature_sums(comp) == [1.0, 33, 20 * 30, 100 + 400 + 1, 2, 150, 33 * 33, 33 * 101,
-                                  0, 8 * 64 + 128, 3 * 32 * 128]
+                                  0, 8 * 64 + 128, 3 * 32 * 128, 0]
     assert feature_sums(Composition.of([(1, 300)]))[9] == 512  # alone: 2 tile blocks (4 slots x 320 together)
     # 300 tokens after 1000: a 256-token tile ends at 1256 keys (5 blocks of 256), no 128-token one
     # fits the last 44 tokens, 32-token tiles over them end at 1288, 1300 (6 + 6 blocks)
     t = Tiling()
-    assert tile_work(t, 300, 1000) == (256 * 5 * 256, 32 * (6 + 6) * 256)
+    assert tile_work(t, 300, 1000) == (256 * 5 * 256, 0.0, 32 * (6 + 6) * 256)
     # 200 tokens after 1000: no 256-token tile, one 128-token tile to 1128 (5 blocks), 32-token
     # tiles over the last 72 end at 1160, 1192, 1200 (5 + 5 + 5 blocks)
-    assert tile_work(t, 200, 1000) == (128 * 5 * 256, 32 * (5 + 5 + 5) * 256)
+    assert tile_work(t, 200, 1000) == (0.0, 128 * 5 * 256, 32 * (5 + 5 + 5) * 256)
     # 400 tokens over none: a 256-token tile (one block), a 128-token one to 384 (2 blocks), then
     # one 32-token tile over the last 16, to 400 (2 blocks)
-    assert tile_work(t, 400, 0) == ((256 * 1 + 128 * 2) * 256, 32 * 2 * 256)
+    assert tile_work(t, 400, 0) == (256 * 1 * 256, 128 * 2 * 256, 32 * 2 * 256)
 
 
 def test_feature_sums_match_a_per_pair_reference_sum():
@@ -51,7 +51,7 @@ def test_feature_sums_match_a_per_pair_reference_sum():
 
     def reference(comp, t):
         f = dict.fromkeys(("tokens", "chunk_kv", "chunk_sq", "decodes", "decode_kv", "max_ctx",
-                           "tiles", "small"), 0)
+                           "tiles", "mid", "small"), 0)
         decode_kvs = []
         for q, kv in comp.seqs:
             f["tokens"] += q
@@ -63,12 +63,14 @@ def test_feature_sums_match_a_per_pair_reference_sum():
             else:
                 f["chunk_kv"] += q * kv
                 f["chunk_sq"] += q * q
-                b, s = tile_work(t, q, kv)
+                b, m, s = tile_work(t, q, kv)
                 f["tiles"] += b
+                f["mid"] += m
                 f["small"] += s
         n = f["tokens"]
         return [1.0, n, f["chunk_kv"], f["chunk_sq"], f["decodes"], f["decode_kv"], n * n, n * f["max_ctx"],
-                f["tiles"], decode_span(t, len(comp.seqs), tuple((sorted(decode_kvs)[::-1] + [0, 0])[:2])), f["small"]]
+                f["tiles"], decode_span(t, len(comp.seqs), tuple((sorted(decode_kvs)[::-1] + [0, 0])[:2])), f["small"],
+                f["mid"]]
 
     rng = random.Random(3)
     comps = random_compositions(200, seed=3) + [Composition.of([(1, 0)]), Composition.of([(1, 0), (1, 5)])]
@@ -109,8 +111,8 @@ def test_the_tiling_follows_the_engine_shapes():
     slots (one decode over 16K keys took 37 ms that way, sixteen 40 ms)."""
     t = Tiling.for_engine(page_size=64, min_pages=512, min_seqs=16)
     assert (t.prefill_block_keys, t.decode_block_keys, t.min_table_keys, t.min_seq_slots) == (1024, 64, 32768, 16)
-    assert tile_work(t, 16, 300) == (0.0, 32 * 1024)  # one narrow tile, one whole block
-    assert tile_work(t, 128, 3000) == (128 * 4 * 1024, 0.0)  # one wide tile up to 3128 keys: 4 blocks
+    assert tile_work(t, 16, 300) == (0.0, 0.0, 32 * 1024)  # one narrow tile, one whole block
+    assert tile_work(t, 128, 3000) == (0.0, 128 * 4 * 1024, 0.0)  # one mid tile up to 3128 keys: 4 blocks
     one, sixteen = (feature_sums(Composition.of([(1, 16384)] * d), t)[9] for d in (1, 16))
     assert (one, sixteen) == (16384, 16 * 16384)  # a lone decode walks alone: its own keys, not 16 slots
     assert feature_sums(Composition.of([(1, 16384)]))[9] == 16384  # the default engine too (4 slots together)
@@ -121,10 +123,15 @@ def test_a_wide_tile_can_cost_less_than_narrow_ones():
     vs one wide one); a fit with one tile coefficient cannot say that 128 tokens cost about as much
     as 96, a fit with two can, and the predictor then tells the packer where times may drop."""
     t = Tiling.for_engine(page_size=64, min_pages=512, min_seqs=16)
-    true = RuntimePredictor({"const": 2e-3, "tokens": 1e-5, "tile_kv": 4e-8, "small_tile_kv": 6e-8}, tiling=t)
-    comps = [Composition.of([(q, kv)]) for q in (16, 32, 64, 128, 256, 512) for kv in (0, 1024, 4096, 16384)]
+    true = RuntimePredictor({"const": 2e-3, "tokens": 1e-5, "tile_kv": 4e-8, "mid_tile_kv": 4.6e-8,
+                             "small_tile_kv": 6.5e-8}, tiling=t)
+    comps = [Composition.of([(q, kv)]) for q in (16, 32, 64, 128, 256, 384, 512) for kv in (0, 1024, 4096, 16384)]
     fitted = RuntimePredictor.fit([(c, true.predict(c)) for c in comps], tiling=t)
-    assert fitted.coefficients["small_tile_kv"] == pytest.approx(6e-8, rel=1e-6)
+    assert fitted.coefficients["small_tile_kv"] == pytest.approx(6.5e-8, rel=1e-6)
+    # the 128-query tile apart from the 256-query ones (measured: 128 tokens over 16K keys 75 ms,
+    # 256 tokens 126 ms, ~1.15x per query), so a 128-token chunk is known to cost more per token
+    assert fitted.coefficients["mid_tile_kv"] == pytest.approx(4.6e-8, rel=1e-6)
+    assert fitted.chunk_time(128, 16384) / 128 > 1.1 * fitted.chunk_time(256, 16384) / 256
     assert fitted.chunk_time(128, 16384) < fitted.chunk_time(96, 16384)
     assert fitted.chunk_period == 128
     assert RuntimePredictor({"tokens": 1e-3, "tile_kv": 1e-8}).chunk_period == 0  # times only grow
@@ -163,7 +170,7 @@ def test_fit_never_returns_negative_coefficients():
 
 
 def test_fit_errors():
-    with pytest.raises(ValueError, match="at least 10 samples"):
+    with pytest.raises(ValueError, match="at least 11 samples"):
         RuntimePredictor.fit([(Composition.of([(4, 0)]), 1.0)])
     with pytest.raises(ValueError, match="unknown predictor features"):
         RuntimePredictor.fit([], features=("bogus",))

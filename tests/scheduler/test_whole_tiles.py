@@ -10,7 +10,7 @@ from medha_jax.scheduler.records import Composition
 from medha_jax.scheduler.tpot_bank import decode_slack
 from tests.scheduler.factories import make_requests, make_scheduler, sample_all, shape
 
-COEFS = {"const": 2e-3, "tokens": 1e-4, "decodes": 1e-3, "tile_kv": 4e-6, "small_tile_kv": 6e-6}
+COEFS = {"const": 2e-3, "tokens": 1e-4, "decodes": 1e-3, "tile_kv": 4e-6, "mid_tile_kv": 4e-6, "small_tile_kv": 6e-6}
 PRED = RuntimePredictor(COEFS, tiling=Tiling())
 
 
@@ -21,11 +21,11 @@ def batch_time(chunk: int, n_decodes: int = 2) -> float:
 T = batch_time(64) * 1.01  # a 64-token chunk beside the two decodes fits, 96 does not
 
 
-def decoding(bank_cap: float = 1.5, fast_steps: int = 0):
+def decoding(bank_cap: float = 1.5, fast_steps: int = 0, coefs: dict = COEFS, t_target: float | None = None):
     """Two short requests past their first token, then `fast_steps` decode-only iterations (4.2 ms
     each: every one puts them T - 4.2 ms further ahead of their mean-TPOT schedule), then a long
     prompt queued; every iteration takes its predicted time. Returns (scheduler, long request, now)."""
-    s = make_scheduler("edf", num_pages=4096, predictor=RuntimePredictor(COEFS, tiling=Tiling()), t_target=T,
+    s = make_scheduler("edf", num_pages=4096, predictor=RuntimePredictor(coefs, tiling=Tiling()), t_target=t_target or T,
                        bank_cap=bank_cap, accept_within=0.0, min_chunk=32, chunk_granularity=32)
     for r in make_requests(2, prompt_len=16, max_tokens=50, ttft_deadline=1.0):
         s.add_request(r)
@@ -64,6 +64,28 @@ def test_decodes_ahead_of_their_mean_tpot_pay_for_the_whole_tile():
         r = seq.request
         if seq.num_tokens == 1:
             assert now + b.predicted_time <= r.first_token_time + r.num_output_tokens * T
+
+
+def test_a_chunk_of_one_mid_tile_grows_to_one_widest_tile():
+    """Where the budget fits 128 tokens and not 256 and the 256-token tile costs less per token
+    (the convoy's long prompt between 17K and 22K cached keys: there the 128-query tile's walk
+    costs ~1.15x more per token, and 0.09 of a 0.15 s budget was used), decodes ahead of
+    schedule pay for the 256-token tile. Here the iteration's fixed time makes the difference."""
+    coefs = {"const": 2e-2, "tokens": 1e-4, "decodes": 1e-3, "tile_kv": 4e-8, "mid_tile_kv": 4.6e-8,
+             "small_tile_kv": 6e-8}
+    pred = RuntimePredictor(coefs, tiling=Tiling())
+    t = pred.predict(Composition.of([(128, 0)] + [(1, 16)] * 2)) * 1.01
+    assert pred.predict(Composition.of([(256, 0)] + [(1, 16)] * 2)) > t
+    assert pred.chunk_time(128, 0) / 128 > 1.1 * pred.chunk_time(256, 0) / 256
+    s, _, now = decoding(bank_cap=1.0, fast_steps=5, coefs=coefs, t_target=t)
+    assert long_chunk(s.schedule(now)) == 128  # the hard budget: one mid tile
+    s, _, now = decoding(fast_steps=5, coefs=coefs, t_target=t)
+    b = s.schedule(now)
+    assert long_chunk(b) == 256 and t < b.predicted_time <= 1.5 * t
+    for seq in b.seqs:  # every decode's mean time per output token still within the target
+        if seq.num_tokens == 1:
+            r = seq.request
+            assert now + b.predicted_time <= r.first_token_time + r.num_output_tokens * t
 
 
 def test_on_schedule_the_chunk_waits_one_iteration_then_runs_whole():
