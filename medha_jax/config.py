@@ -86,6 +86,13 @@ class EngineConfig:
     detokenizing overlap the device, and the token step n samples feeds step n+1 on the device.
     Greedy and seeded outputs are the same either way; a request stopped by a token (EOS, a stop
     string) costs one wasted decode slot. Off: each step waits for the previous one's tokens."""
+    late_binding: bool = True
+    """Asynchronous scheduling while serving (not in batch mode): when the step on the device is
+    predicted to take LATE_BIND_MIN_S or more, form the next one only shortly before it ends, so
+    that a request arriving meanwhile is in it rather than in the one after (a first token one
+    iteration sooner: under a long prompt's 0.15 s chunks on the CPU that is a third of a short
+    request's wait). The device idles only where a step ends sooner than LATE_BIND_FRACTION of its
+    prediction. Off: the next step is formed as soon as the previous one is launched."""
     profile_dir: str = "~/.cache/medha_jax/profiles"
     """Where runtime-predictor profiles live (written by `python -m medha_jax.profile`). A policy that
     needs one and finds none measures a quick profile at start-up and saves it here."""

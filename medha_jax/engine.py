@@ -30,6 +30,12 @@ detokenizing overlap the device instead of idling it:
            -> step n's tokens to the host -> record(n) -> update_from_output(n)
            -> on_batch_done(n+1, tokens_pending=True)  (its samples pending until the next step())
 
+Late binding (`EngineConfig.late_binding`, serving only): when step n is predicted to take at least
+LATE_BIND_MIN_S, step() sleeps until LATE_BIND_FRACTION of its prediction (less LATE_BIND_LEAD_S for
+scheduling and launching) has passed before it drains new requests and forms step n+1, so that a
+request arriving while step n runs is in step n+1, not n+2. Iterations that short never wait: there
+the host's time is what overlapping saves.
+
 Python's cyclic collector does not run inside scheduling and packing: step() turns automatic
 collection off around them and runs the generations due right before it blocks on the device
 (`gc_pauses`), after `gc.freeze()` at start-up took the long-lived heap out of its walks.
@@ -68,6 +74,22 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+LATE_BIND_MIN_S = 0.02
+"""Late binding: the shortest predicted step after which the next one is formed late."""
+LATE_BIND_FRACTION = 0.85
+"""... the fraction of the step's prediction that passes first (a step rarely runs faster than
+this: the runtime predictor's corrected ratios for prefill iterations, P10 ~0.9 on the CPU)."""
+LATE_BIND_LEAD_S = 0.004
+"""... less this, for draining, scheduling, packing and launching the next step."""
+
+
+def late_bind_delay(start: float, predicted: float | None, now: float) -> float:
+    """Seconds to wait before forming the next step, the one in flight having started at `start`
+    and predicted to take `predicted` seconds (0: form it now)."""
+    if not predicted or predicted < LATE_BIND_MIN_S:
+        return 0.0
+    return max(0.0, start + LATE_BIND_FRACTION * predicted - LATE_BIND_LEAD_S - now)
+
 
 def _check_unicode(text: str) -> None:
     """ValueError naming the first lone UTF-16 surrogate (Python strings may hold one, e.g. from
@@ -104,6 +126,7 @@ class Engine:
         self._streams: dict[str, OutputStream] = {}  # per live request: its text and outputs
         self._in_pipeline: deque[tuple[ScheduledBatch, StepInput]] = deque()  # fed, tokens not out yet
         self._async = config.async_scheduling and self.executor.depth == 1
+        self._late = self._async and config.late_binding and not self.scheduler_config.batch_mode
         self._launched: tuple[ScheduledBatch, StepInput, Launched, float] | None = None  # async: on the device, not read
         self._returned: float | None = None  # async: when step() last returned (the host phases' "outside")
         self.num_iterations = 0
@@ -219,6 +242,10 @@ class Engine:
             return bool(self._live)
 
     def step(self) -> list[RequestOutput]:
+        if self._late and self._launched is not None:  # late binding: new arrivals join the next step
+            delay = late_bind_delay(self._launched[3], self._launched[0].predicted_time, time.perf_counter())
+            if delay > 0.0:
+                time.sleep(delay)  # counted as time outside step() by the device timeline
         t_in = time.perf_counter()
         outs = self._drain_pending()
         if self._async:

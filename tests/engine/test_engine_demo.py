@@ -223,6 +223,40 @@ def test_async_scheduling_gives_the_tokens_stops_and_logprobs_of_waiting_for_eac
     assert got[0].finish_reason == "stop" and len(got[0].token_ids) < 20  # stopped by its token
 
 
+def test_late_binding_puts_a_request_arriving_during_a_long_step_in_the_next_one(llm, monkeypatch):
+    """Serving (not batch mode), with a step predicted to take LATE_BIND_MIN_S or more in flight,
+    step() sleeps until shortly before its predicted end and then drains what arrived meanwhile:
+    the arrival is in the step launched by this call, not the one after it (one iteration less
+    to its first token). The sleep stands in for the wait, the request is added during it."""
+    import medha_jax.engine as engine_module
+    from medha_jax.engine import LATE_BIND_FRACTION, LATE_BIND_LEAD_S, LATE_BIND_MIN_S, late_bind_delay
+
+    assert late_bind_delay(10.0, LATE_BIND_MIN_S / 2, 10.0) == 0.0  # a short step: overlap as before
+    assert late_bind_delay(10.0, None, 10.0) == 0.0
+    assert late_bind_delay(10.0, 0.2, 10.05) == pytest.approx(LATE_BIND_FRACTION * 0.2 - LATE_BIND_LEAD_S - 0.05)
+    assert late_bind_delay(10.0, 0.2, 10.5) == 0.0  # already past it: no wait
+    engine = llm.engine
+    assert not engine._late  # LLM(...) is batch mode: nobody arrives between steps
+    monkeypatch.setattr(engine, "_late", True)
+    engine.add_request([5, 6, 7, 8] * 10, _greedy(6), request_id="first")
+    engine.step()  # launches the first step
+    launched = engine._launched[0]
+    launched.predicted_time = 0.5  # as a long prefill chunk would be predicted
+    slept = []
+
+    def arrive_while_sleeping(seconds):
+        slept.append(seconds)
+        engine.add_request([9, 10, 11], _greedy(4), request_id="late")
+
+    monkeypatch.setattr(engine_module.time, "sleep", arrive_while_sleeping)
+    engine.step()
+    assert len(slept) == 1 and 0.0 < slept[0] <= LATE_BIND_FRACTION * 0.5
+    assert "late" in {s.request_id for s in engine._launched[0].seqs}
+    monkeypatch.undo()
+    while engine.has_unfinished():
+        engine.step()
+
+
 def test_the_device_timeline_times_every_tick_and_each_steps_host_phases(llm):
     """With the timeline on, every tick gets its launch and finish, and every engine step the host
     seconds of each phase: none negative, the first (nothing in flight before it) without an
