@@ -137,7 +137,8 @@ def _linear_time(c, tiling, tokens, chunk_kv, chunk_sq, decodes, decode_kv, max_
     """The model over a batch's running sums (c: coefficients in FEATURES order; longest: the two
     longest decodes' cached lengths)."""
     return (c[0] + c[1] * tokens + c[2] * chunk_kv + c[3] * chunk_sq + c[4] * decodes
-            + c[5] * decode_kv + c[6] * tokens * tokens + c[7] * tokens * max_ctx + c[8] * tiles + c[11] * mid + c[10] * small
+            + c[5] * decode_kv + c[6] * tokens * tokens + c[7] * tokens * max_ctx
+            + c[8] * tiles + c[11] * mid + c[10] * small
             + (c[9] * decode_span(tiling, n, longest) if c[9] else 0.0))
 
 
@@ -213,7 +214,8 @@ class RuntimePredictor:
         c = self.correction if prefill else self.decode_correction
         prev, off = self._off, ratio / c  # how far off its kind's average, before this one moves it
         self._off = off
-        self._spell = self._spell + 1 if (off > SPELL and prev > SPELL) or (off * SPELL < 1.0 and prev * SPELL < 1.0) else 0
+        slow, fast = off > SPELL and prev > SPELL, off * SPELL < 1.0 and prev * SPELL < 1.0
+        self._spell = self._spell + 1 if slow or fast else 0
         if self._spell == 0 or self._spell > SPELL_LONGEST:
             c += self.ema_alpha * (min(max(ratio, c / SPELL), c * SPELL) - c)
             if prefill:
@@ -335,8 +337,8 @@ class RuntimePredictor:
 class BatchCost:
     """Running feature sums of a batch being packed: O(1) per added seq and per what-if query."""
 
-    __slots__ = ("c", "tiling", "tiled", "corr", "dcorr", "tokens", "chunk_kv", "chunk_sq", "decodes", "decode_kv", "max_ctx",
-                 "n", "tiles", "mid", "small", "longest")
+    __slots__ = ("c", "tiling", "tiled", "corr", "dcorr", "tokens", "chunk_kv", "chunk_sq", "decodes", "decode_kv",
+                 "max_ctx", "n", "tiles", "mid", "small", "longest")
 
     def __init__(self, predictor: RuntimePredictor, raw: bool = False):
         self.c = predictor._coef
@@ -378,8 +380,9 @@ class BatchCost:
         self.decode_kv += kv_sum
 
     def _t(self, tokens, chunk_kv, chunk_sq, decodes, decode_kv, max_ctx, tiles, mid, small, n, longest) -> float:
+        corr = self.corr if tokens > decodes or chunk_kv or chunk_sq else self.dcorr  # with a chunk / decodes only
         return _linear_time(self.c, self.tiling, tokens, chunk_kv, chunk_sq, decodes, decode_kv, max_ctx, tiles,
-                            mid, small, n, longest) * (self.corr if tokens > decodes or chunk_kv or chunk_sq else self.dcorr)
+                            mid, small, n, longest) * corr
 
     def fixed(self) -> float:
         """Seconds every iteration pays however little it holds (the model's intercept): a
@@ -391,8 +394,9 @@ class BatchCost:
         to this batch would make it (the decodes' share of such an iteration)."""
         if self.n == 0:
             return 0.0
-        return _linear_time(self.c, self.tiling, self.tokens, self.chunk_kv, self.chunk_sq, self.decodes, self.decode_kv,
-                            self.max_ctx, self.tiles, self.mid, self.small, self.n, self.longest) * self.corr
+        return _linear_time(self.c, self.tiling, self.tokens, self.chunk_kv, self.chunk_sq, self.decodes,
+                            self.decode_kv, self.max_ctx, self.tiles, self.mid, self.small, self.n,
+                            self.longest) * self.corr
 
     def time(self) -> float:
         if self.n == 0:

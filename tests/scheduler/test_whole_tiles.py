@@ -24,9 +24,11 @@ T = batch_time(64) * 1.01  # a 64-token chunk beside the two decodes fits, 96 do
 def decoding(bank_cap: float = 1.5, fast_steps: int = 0, coefs: dict = COEFS, t_target: float | None = None):
     """Two short requests past their first token, then `fast_steps` decode-only iterations (4.2 ms
     each: every one puts them T - 4.2 ms further ahead of their mean-TPOT schedule), then a long
-    prompt queued; every iteration takes its predicted time. Returns (scheduler, long request, now)."""
-    s = make_scheduler("edf", num_pages=4096, predictor=RuntimePredictor(coefs, tiling=Tiling()), t_target=t_target or T,
-                       bank_cap=bank_cap, accept_within=0.0, min_chunk=32, chunk_granularity=32)
+    prompt queued; every iteration takes its predicted time (`coefs`; `t_target` default T).
+    Returns (scheduler, long request, now)."""
+    s = make_scheduler("edf", num_pages=4096, predictor=RuntimePredictor(coefs, tiling=Tiling()),
+                       t_target=t_target or T, bank_cap=bank_cap, accept_within=0.0, min_chunk=32,
+                       chunk_granularity=32)
     for r in make_requests(2, prompt_len=16, max_tokens=50, ttft_deadline=1.0):
         s.add_request(r)
     now = 0.0
