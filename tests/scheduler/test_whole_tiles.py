@@ -122,5 +122,7 @@ def test_decode_slack():
     want = min(r.first_token_time + r.num_output_tokens * T - now for r in reqs)
     assert decode_slack(b, now, T) == pytest.approx(want)
     assert decode_slack(b, now + 1.0, T) == pytest.approx(want - 1.0)
-    reqs[0].first_token_time = None  # first token still on the device: its schedule is unknown
-    assert decode_slack(b, now, T) is None
+    reqs[0].first_token_time = None  # first token still on the device: it arrives when this batch starts
+    first = (reqs[0].num_output_tokens + reqs[0].num_pending_tokens) * T
+    rest = min(r.first_token_time + r.num_output_tokens * T - now for r in reqs[1:])
+    assert decode_slack(b, now, T) == pytest.approx(min(first, rest))
