@@ -207,13 +207,13 @@ class TimeBudgetPacker:
         `req` did not wait last iteration; else n."""
         p = self.predictor
         last = min(req.num_remaining_tokens, limit)
-        per_token = p.chunk_time(n, processed) / n
+        per_token = best = p.chunk_time(n, processed) / n
         up = n
         for period in (p.chunk_period, p.tiling.tile_q):
             m = min((n // period + 1) * period, last)
-            if m > n and p.chunk_time(m, processed) / m < (p.chunk_time(up, processed) / up if up > n else per_token):
-                up = m
-        if up <= n or per_token <= (1.0 + TILE_GAIN) * p.chunk_time(up, processed) / up:
+            if m > n and (rate := p.chunk_time(m, processed) / m) < best:
+                up, best = m, rate
+        if up == n or per_token <= (1.0 + TILE_GAIN) * best:
             return n
         slack = decode_slack(batch, max(now, sched.busy_until), sched.token_target)
         if slack is None:
