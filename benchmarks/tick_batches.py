@@ -1,16 +1,18 @@
 """Batches, and the timing loop, for benchmarks that time the engine's tick program directly
 (`pipeline_step.make_step`).
 
-  spec "dN" / "dN@C" / "pN" --tick_batch--> (stacked ModelInputs, feed_index, prev_tokens, pages)
+  spec "dN" / "dN@C" / "pN" / "pN@C" --tick_batch--> (stacked ModelInputs, feed_index, prev_tokens, pages)
   {name: (params, attention_fn, per_layer)} + a batch --time_ticks--> per program: compile seconds,
       first logits, ms a tick in each of `rounds` interleaved rounds (KV cache donated and carried)
 
 dN: N decoding sequences, one token each at C positions of context (default 544, the offline
-job's middle), each sequence on its own run of pages; pN: one N-token prefill chunk at position 0.
+job's middle), each sequence on its own run of pages; pN: one N-token prefill chunk at position 0,
+pN@C: after C cached tokens (the cache's values are whatever the pool holds; the time is the same).
 Tokens, sequence slots and page-table columns are padded as the engine buckets them (powers of
 two, at least the default smallest buckets): one decode runs in 4 sequence slots and 16 token
 slots, as it does when served (unpadded, one slot ran the tick ~6x slower than the same decode in
-four slots on XLA:CPU, 791 vs 137 ms at 16384 keys). Shared by `per_layer_weights.py` and `decode_block_keys.py`.
+four slots on XLA:CPU, 791 vs 137 ms at 16384 keys). Shared by `per_layer_weights.py`,
+`decode_block_keys.py` and `xla_key_splits.py`.
 """
 
 from __future__ import annotations
@@ -42,10 +44,11 @@ def tick_batch(spec: str, page: int = PAGE):
     if kind == "d" and n > 0 and context >= 0:
         per = -(-(context + 1) // page)
         seqs = [([300 + s], context, list(range(s * per, (s + 1) * per))) for s in range(n)]
-    elif kind == "p" and n > 0 and not ctx_text:
-        seqs = [(list(range(256, 256 + n)), 0, list(range(-(-n // page))))]
+    elif kind == "p" and n > 0 and context >= 0:
+        context = context if ctx_text else 0
+        seqs = [(list(range(256, 256 + n)), context, list(range(-(-(context + n) // page))))]
     else:
-        raise ValueError(f"batch {spec!r}: want dN or dN@CONTEXT (decodes) or pN (a prefill chunk)")
+        raise ValueError(f"batch {spec!r}: want dN or dN@CONTEXT (decodes) or pN or pN@CONTEXT (a prefill chunk)")
     width, slots = max(len(s[2]) for s in seqs), _bucket(len(seqs), MIN_SEQS)
     inp = make_inputs(seqs, page, pad_tokens=_bucket(sum(len(s[0]) for s in seqs), MIN_TOKENS),
                       pad_seqs=slots, pad_pages=_bucket(width, MIN_PAGES))
@@ -54,15 +57,15 @@ def tick_batch(spec: str, page: int = PAGE):
     return jax.tree.map(lambda a: a[None], inp), -jnp.ones((1, T), jnp.int32), jnp.zeros((slots,), jnp.int32), pages
 
 
-def time_ticks(programs: dict, spec: str, cfg, mesh, rounds: int, reps: int) -> dict:
+def time_ticks(programs: dict, spec: str, cfg, mesh, rounds: int, reps: int, page: int = PAGE) -> dict:
     """programs: {name: (params, attention_fn, per_layer)}, each compiled as the engine's one-stage
     tick over the batch `spec` with its own KV cache -> {name: dict(compile_s, logits (the first
     call's), ms: [ms a tick in each round])}; every round times each program over `reps` calls in
     turn (interleaved, so drifts in machine speed hit all alike)."""
-    inp, feed, prev, pages = tick_batch(spec)
+    inp, feed, prev, pages = tick_batch(spec, page)
     steps, caches, res = {}, {}, {}
     for name, (params, attention, per_layer) in programs.items():
-        caches[name] = init_kv_cache(cfg, mesh, pages, PAGE, jnp.float32)
+        caches[name] = init_kv_cache(cfg, mesh, pages, page, jnp.float32)
         t0 = time.perf_counter()
         steps[name] = jax.jit(make_step(cfg, mesh, attention, 1, per_layer), donate_argnums=(1, 2)).lower(
             params, *caches[name], None, inp, feed, prev).compile()

@@ -79,7 +79,7 @@ def paged_attention_reference(q, k_pages, v_pages, page_table, cu_q_lens, q_offs
 def paged_attention_xla(
     q, k_pages, v_pages, page_table, cu_q_lens, q_offsets, kv_lens, *, scale, block_pages: int | None = None,
     prefill_block_pages: int = 16, block_q: int | None = None, mid_block_q: int | None = None,
-    small_block_q: int | None = None, k_scales=None, v_scales=None,
+    small_block_q: int | None = None, split_q: int | None = None, k_scales=None, v_scales=None,
 ):
     """Online-softmax paged attention over blocks of pages (same contract as the reference).
 
@@ -95,7 +95,8 @@ def paged_attention_xla(
     unless the longest runs alone in a one-query tile (`decode_alone`: when that is less work). The
     defaults are the fastest measured on a CPU (`benchmarks/results/xla_attention_tiles_cpu.md`,
     `decode_block_keys_cpu_run1.md`, `xla_attention_ab_tiles256.md`): large tiles
-    amortise each loop step's gather and bookkeeping, while decodes keep small blocks because every
+    amortise each loop step's gather and bookkeeping (narrower tiles walk `key_splits` blocks per
+    step for the same reason), while decodes keep small blocks because every
     sequence slot walks up to the longest decode and a small block's gathered keys stay in cache
     for the two dots that read them.
     """
@@ -124,7 +125,7 @@ def paged_attention_xla(
     lo = jnp.zeros_like(pre_len)  # lo: i32[S], tokens the larger tiles already cover
     for n, size in enumerate(sizes):
         hi = pre_len if n == len(sizes) - 1 else lo + (pre_len - lo) // size * size  # hi: i32[S]
-        acc = tiles(size, lo, hi, acc)
+        acc = tiles(size, lo, hi, acc, key_splits(size, split_q, big))
         lo = hi
     acc = tiles(1, jnp.zeros_like(pre_len), alone.astype(jnp.int32), acc)  # the decode walking alone: one query
     out_p, lse_p = acc[0][:T], acc[1][:T]
@@ -165,7 +166,19 @@ class _Pages:
 XLA_BLOCK_Q = 256  # query tokens per prefill tile of the XLA path (scheduler.attention_tiling.Tiling.tile_q)
 XLA_MID_BLOCK_Q = 128  # ... per tile (at most one) over a chunk's last chunk_len % XLA_BLOCK_Q (Tiling.mid_tile_q)
 XLA_SMALL_BLOCK_Q = 32  # ... per tile over what the larger tiles leave (Tiling.small_tile_q)
+XLA_SPLIT_Q = 512  # a prefill tile narrower than XLA_BLOCK_Q walks XLA_SPLIT_Q // its queries key blocks
+XLA_MAX_KEY_SPLITS = 8  # ... side by side, at most this many (`key_splits`)
 XLA_DECODE_BLOCK_KEYS = 64  # keys per block of the decode loop, in whole pages (Tiling.decode_block_keys)
+
+
+def key_splits(size: int, split_q: int | None = None, block_q: int | None = None) -> int:
+    """Key blocks a `size`-query prefill tile walks side by side per loop step over its unmasked
+    keys: split_q // size (default XLA_SPLIT_Q), at most XLA_MAX_KEY_SPLITS, and 1 for the widest
+    tile (`block_q`, default XLA_BLOCK_Q), whose steps are large enough already (two side by side
+    measured 0.95x at 30K keys but 1.10-1.14x at 2K, `benchmarks/results/xla_key_splits_*`)."""
+    if size >= (XLA_BLOCK_Q if block_q is None else block_q):
+        return 1
+    return max(1, min((XLA_SPLIT_Q if split_q is None else split_q) // size, XLA_MAX_KEY_SPLITS))
 
 
 def tile_sizes(block_q: int | None = None, mid_block_q: int | None = None,
@@ -200,16 +213,35 @@ def _finish(m, l, acc):
     return out, jnp.where(seen, m + jnp.log(jnp.where(seen, l, 1.0)), NEG_INF)
 
 
-def _xla_prefill_tiles(q_pad, kv: _Pages, table, cu_q_lens, q_offsets, kv_lens, bp, BQ, lo, hi, acc):
+def _merge_splits(KVH, m, l, acc):
+    """The online-softmax states of ks key blocks walked side by side -> one state: m, l
+    f32[KVH*ks, R], acc f32[KVH*ks, R, Dh] (batch: KV head major, block minor) -> m, l f32[KVH, R],
+    acc f32[KVH, R, Dh]."""
+    if m.shape[0] == KVH:
+        return m, l, acc
+    m, l, acc = (x.reshape(KVH, -1, *x.shape[1:]) for x in (m, l, acc))  # m: f32[KVH, ks, R]
+    m_all = jnp.max(m, axis=1)  # m_all: f32[KVH, R]
+    m_safe = jnp.where(jnp.isfinite(m_all), m_all, 0.0)
+    w = jnp.exp(jnp.where(jnp.isfinite(m), m - m_safe[:, None], NEG_INF))  # w: f32[KVH, ks, R]
+    return m_all, jnp.sum(w * l, axis=1), jnp.sum(w[..., None] * acc, axis=1)
+
+
+def _xla_prefill_tiles(q_pad, kv: _Pages, table, cu_q_lens, q_offsets, kv_lens, bp, BQ, lo, hi, acc, ks=1):
     """Tiles of BQ tokens over local tokens [lo[s], hi[s]) of every sequence s; writes their rows of
     acc = (out f32[T + pad, KVH, G, Dh], lse f32[T + pad, KVH, G]) and returns it.
 
     Inside a tile the G query heads sharing a KV head are folded into the rows, so each KV block
     is one batched matmul per KV head ([BQ*G, Dh] x [Dh, block], batch dimension first): on a CPU
     that halves the time of the [BQ, KVH, G] x [block, KVH] contraction it replaces
-    (`benchmarks/xla_attention_tiles.py`)."""
+    (`benchmarks/xla_attention_tiles.py`). A tile narrower than the widest walks its unmasked keys
+    `ks` blocks per loop step (`key_splits`), side by side in the batch dimension with the tile's
+    queries repeated, and merges the ks softmax states before the rest (under a cond, so a short
+    context pays nothing): each XLA:CPU op in the loop has a fixed cost (dispatch, thread hand-off),
+    which a 32-query tile's small steps (128 rows a KV head) paid ~40% on top of their arithmetic
+    (`benchmarks/xla_key_splits.py`)."""
     _, KVH, G, Dh = q_pad.shape
     block = bp * kv.page
+    ks = max(1, min(ks, table.shape[1] // bp))  # no more blocks side by side than the table holds
     n_tiles = jnp.maximum(hi - lo + BQ - 1, 0) // BQ  # n_tiles: i32[S]
     t_end = jnp.cumsum(n_tiles)
 
@@ -224,26 +256,39 @@ def _xla_prefill_tiles(q_pad, kv: _Pages, table, cu_q_lens, q_offsets, kv_lens, 
         lim_rows = jnp.repeat(lim, G)  # lim_rows: i32[BQ*G]
         row = table[s]
 
-        def block_step(masked, b, c):
-            cols = jax.lax.dynamic_slice_in_dim(row, b * bp, bp)  # cols: i32[bp]
-            k, v, ks, vs = kv.block(cols)  # k, v: f32[block, KVH, Dh]; ks, vs: f32[block, KVH] or None
-            k, v = k.transpose(1, 0, 2), v.transpose(1, 0, 2)  # k: f32[KVH, block, Dh]
-            sc = jnp.einsum("kmd,kjd->kmj", qf, k)  # sc: f32[KVH, BQ*G, block]
-            if ks is not None:
-                sc = sc * ks.T[:, None, :]
-            # mask: bool[1, BQ*G, block], or None below the tile's first row's frontier
+        def block_step(n, masked, b, c):  # n key blocks side by side: batch (KV head, block)
+            cols = jax.lax.dynamic_slice_in_dim(row, b * bp * n, bp * n)  # cols: i32[n*bp]
+            k, v, kss, vs = kv.block(cols)  # k, v: f32[n*block, KVH, Dh]; kss, vs: f32[n*block, KVH] or None
+            k = k.reshape(n, block, KVH, Dh).transpose(2, 0, 1, 3).reshape(KVH * n, block, Dh)  # f32[KVH*n, block, Dh]
+            v = v.reshape(n, block, KVH, Dh).transpose(2, 0, 1, 3).reshape(KVH * n, block, Dh)
+            qn = qf if n == 1 else jnp.broadcast_to(qf[:, None], (KVH, n, BQ * G, Dh)).reshape(KVH * n, BQ * G, Dh)
+            sc = jnp.einsum("bmd,bjd->bmj", qn, k)  # sc: f32[KVH*n, BQ*G, block]
+            if kss is not None:
+                sc = sc * kss.reshape(n, block, KVH).transpose(2, 0, 1).reshape(KVH * n, 1, block)
+            # mask: bool[1, BQ*G, block], or None below the tile's first row's frontier (n == 1 there)
             mask = ((b * block + jnp.arange(block))[None, :] < lim_rows[:, None])[None] if masked else None
-            pv = (lambda p: jnp.einsum("kmj,kjd->kmd", p, v)) if vs is None else (
-                lambda p: jnp.einsum("kmj,kjd->kmd", p * vs.T[:, None, :], v))
+            if vs is None:
+                pv = lambda p: jnp.einsum("bmj,bjd->bmd", p, v)  # noqa: E731
+            else:
+                vsc = vs.reshape(n, block, KVH).transpose(2, 0, 1).reshape(KVH * n, 1, block)
+                pv = lambda p: jnp.einsum("bmj,bjd->bmd", p * vsc, v)  # noqa: E731
             return _online_step(c, sc, mask, pv)
 
-        c0 = (jnp.full((KVH, BQ * G), NEG_INF, jnp.float32), jnp.zeros((KVH, BQ * G), jnp.float32),
-              jnp.zeros((KVH, BQ * G, Dh), jnp.float32))
-        # blocks below the tile's first row's frontier are whole for every row: no mask
+        def start(n):  # online-softmax state (m, l, acc) of n key blocks side by side
+            return (jnp.full((KVH * n, BQ * G), NEG_INF, jnp.float32), jnp.zeros((KVH * n, BQ * G), jnp.float32),
+                    jnp.zeros((KVH * n, BQ * G, Dh), jnp.float32))
+
+        # blocks below the tile's first row's frontier are whole for every row: no mask; of them, the
+        # first whole groups of ks blocks go ks at a time, their states merged before the rest
         full = jnp.min(lim) // block
-        c = jax.lax.fori_loop(0, full, functools.partial(block_step, False), c0)
+        c, first = start(1), 0
+        if ks > 1:  # under a cond: a tile with no whole group (a short context) pays nothing for it
+            c = jax.lax.cond(full >= ks, lambda: _merge_splits(KVH, *jax.lax.fori_loop(
+                0, full // ks, functools.partial(block_step, ks, False), start(ks))), lambda: start(1))
+            first = full // ks * ks
+        c = jax.lax.fori_loop(first, full, functools.partial(block_step, 1, False), c)
         o_t, lse_t = _finish(*jax.lax.fori_loop(full, (jnp.max(lim) + block - 1) // block,
-                                                functools.partial(block_step, True), c))
+                                                functools.partial(block_step, 1, True), c))
         o_t = o_t.reshape(KVH, BQ, G, Dh).transpose(1, 0, 2, 3)  # o_t: f32[BQ, KVH, G, Dh]
         lse_t = lse_t.reshape(KVH, BQ, G).transpose(1, 0, 2)  # lse_t: f32[BQ, KVH, G]
         mine = (jnp.arange(BQ) < hi[s] - k0)[:, None, None]  # rows past the range keep old values

@@ -68,11 +68,13 @@ TILED_FEATURES = ("tile_kv", "mid_tile_kv", "small_tile_kv", "decode_span")
 DEFAULT_FEATURES = ANALYTIC_FEATURES + TILED_FEATURES
 """For measured profiles: adds the attention backend's tiling."""
 PROFILE_FORMAT = "medha-jax-runtime-profile"
-PROFILE_VERSION = 6
+PROFILE_VERSION = 7
 """Bumped whenever a feature's meaning changes (2: tile_kv counts 128-query tiles, was 32; 3: the
 32-query tiles are small_tile_kv, and the tiling is the engine's, stored in the profile; 4: tile_kv
 counts 256-query tiles and at most one 128-query tile a chunk; 5: decode_span lets the longest
-decode walk alone; 6: the 128-query tile is mid_tile_kv, tile_kv counts 256-query tiles only)."""
+decode walk alone; 6: the 128-query tile is mid_tile_kv, tile_kv counts 256-query tiles only; 7: the
+128- and 32-query tiles walk key blocks side by side, `reference.key_splits`: the same pairs, their
+coefficients ~0.9x and ~0.7x of version 6's on a CPU, so a version-6 profile overprices them)."""
 
 
 class StaleProfileError(ValueError):

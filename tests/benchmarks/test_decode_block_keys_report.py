@@ -31,7 +31,7 @@ def test_a_width_off_the_page_grid_is_refused():
         decode_block_keys.main(["--block-keys", "64,24"])
 
 
-@pytest.mark.parametrize("spec", ["x4", "d0", "d4@x", "p16@32", "d"])
+@pytest.mark.parametrize("spec", ["x4", "d0", "d4@x", "p16@x", "p0@32", "d"])
 def test_a_batch_it_does_not_know_is_refused(spec):
     with pytest.raises(ValueError, match="want dN"):
         tick_batch(spec)
@@ -44,3 +44,6 @@ def test_a_batch_is_padded_to_the_engines_buckets():
     assert inp.page_table.shape[-2:] == (4, 8) and inp.kv_lens.reshape(-1).tolist() == [41, 41, 41, 0]
     inp, *_ = tick_batch("p300")
     assert inp.token_ids.shape[-1] == 512 and inp.page_table.shape[-2:] == (4, 32)
+    inp, _, _, pages = tick_batch("p100@1000", page=64)  # a chunk after 1000 cached tokens
+    assert pages == 18 and inp.page_table.shape[-2:] == (4, 32) and inp.kv_lens.reshape(-1).tolist()[0] == 1100
+    assert inp.q_offsets.reshape(-1).tolist()[0] == 1000

@@ -13,6 +13,7 @@ import pytest
 
 from pallas_kernels import api, kv_quant
 from pallas_kernels.config import KernelConfig
+from pallas_kernels.reference import paged_attention_xla
 
 SMALL = KernelConfig(prefill_rows=32, block_kv=32, num_sms=4, programs_per_sm=1)
 
@@ -87,3 +88,13 @@ def test_scales_must_match_the_pages(make_batch, seqs, rng):
     with pytest.raises(ValueError, match="one scale per page and kv head"):
         api.paged_attention(*f8_args, scale=0.1, k_scales=scales["k_scales"][:, :1],
                             v_scales=scales["v_scales"])
+
+
+def test_xla_key_splits_read_fp8_scales(make_batch, Seq, check, run, rng):
+    """The XLA backend's narrow tiles walk several key blocks per step (`reference.key_splits`):
+    each block's keys keep their own pages' scales."""
+    batch = [Seq(128, 500), Seq(32, 400), Seq(1, 300)]
+    args = make_batch(batch, H=8, KVH=2, Dh=32, page=8)
+    f8_args, scales, exact = quantize_batch(args, rng)
+    got = run(lambda *a, scale: paged_attention_xla(*a, scale=scale, prefill_block_pages=2, **scales), f8_args)
+    check(got, run(api.paged_attention_reference, exact), jnp.float32)

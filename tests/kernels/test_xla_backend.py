@@ -70,3 +70,20 @@ def test_the_longest_decode_walks_alone(make_batch, Seq, check, run):
     assert ref.decode_alone(lim, 64, 128).tolist() == [False, True, False, False, False]
     assert not ref.decode_alone(jnp.array([600, 600, 600, 600]), 64, 128).any()
     assert not ref.decode_alone(jnp.zeros(4, jnp.int32), 64, 128).any()  # no decodes
+
+
+@pytest.mark.parametrize("split_q", [1, None, 1024], ids=["off", "default", "wide"])
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["f32", "bf16"])
+def test_narrow_tiles_walk_key_blocks_side_by_side(make_batch, Seq, check, run, split_q, dtype):
+    """Chunks far into their context, in blocks of 16 keys: a 128-query tile walks 4 of its whole
+    key blocks per loop step (`key_splits` by default), a 32-query tile 8, then merges
+    the blocks' softmax states and walks the rest (whole groups stop short of the frontier; the
+    masked blocks go one at a time). Beside them a 256-token chunk (one block per step), a KVP
+    shard holding only earlier keys, a chunk whose context is under one group, and decodes; 1:
+    one block per step everywhere (the loop before key splits)."""
+    batch = [Seq(128, 700), Seq(32, 509), Seq(96, 333), Seq(256, 300), Seq(40, 900, 37), Seq(32, 20),
+             Seq(1, 650), Seq(1, 40)]
+    assert ref.key_splits(128) == 4 and ref.key_splits(32) == 8 and ref.key_splits(256) == 1
+    args = make_batch(batch, H=8, KVH=2, Dh=32, page=8, dtype=dtype)
+    check(run(paged_attention_xla, args, prefill_block_pages=2, split_q=split_q),
+          run(paged_attention_reference, args), dtype)
