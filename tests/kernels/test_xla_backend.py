@@ -8,7 +8,7 @@ import pytest
 
 import pallas_kernels.reference as ref
 from medha_jax.config import EngineConfig
-from medha_jax.scheduler.attention_tiling import Tiling
+from medha_jax.scheduler.attention_tiling import Tiling, decode_span
 from pallas_kernels.reference import paged_attention_reference, paged_attention_xla
 
 
@@ -87,3 +87,39 @@ def test_narrow_tiles_walk_key_blocks_side_by_side(make_batch, Seq, check, run, 
     args = make_batch(batch, H=8, KVH=2, Dh=32, page=8, dtype=dtype)
     check(run(paged_attention_xla, args, prefill_block_pages=2, split_q=split_q),
           run(paged_attention_reference, args), dtype)
+
+
+@pytest.mark.parametrize("page", [16, 64])
+def test_the_predictor_counts_the_decode_walk_the_backend_takes(page):
+    """`attention_tiling.decode_span` (the scheduler, no JAX) restates `decode_alone`'s choice and
+    the keys the chosen walk covers; on a grid of decode batches laid out as the engine buckets
+    them (sequence slots and page-table width in powers of two, the smallest buckets of
+    `Tiling.for_engine`), both choose alike and count the same keys. A decode sees its cached keys
+    plus its own (lim = kv + 1); lengths sit off the block edges, where the two count alike."""
+    t = Tiling.for_engine(page, 8, 4)
+    block_d = t.decode_block_keys
+    chosen = []
+    for num_seqs in (1, 2, 3, 16, 40):
+        for first in (100, 700, 5000, 40000):
+            for second in (0, 50, 600, 3000):
+                if second >= first or (num_seqs == 1) != (second == 0):  # second: 0 iff one decode
+                    continue
+                slots = max(t.min_seq_slots, 1 << (num_seqs - 1).bit_length())
+                lens = [first, second] + [min(second, 40)] * (num_seqs - 2) if num_seqs > 1 else [first]
+                lim = jnp.array([n + 1 for n in lens] + [0] * (slots - len(lens)), jnp.int32)
+                pages = -(-(first + 1) // page)  # the longest decode's pages -> the table's width bucket
+                table_keys = max(8, 1 << (pages - 1).bit_length()) * page
+                block_t = min(t.prefill_block_keys, table_keys)
+                alone = bool(ref.decode_alone(lim, block_d, block_t)[0])
+
+                def walk(n, b):
+                    return -(-n // b) * b
+
+                second_lim = second + 1 if num_seqs > 1 else 0  # the other slots: padding, no keys
+                kernel_keys = (slots * walk(second_lim, block_d) + walk(first + 1, block_t) if alone
+                               else slots * walk(first + 1, block_d))
+                span = decode_span(t, num_seqs, (first, second))
+                assert (span < slots * walk(first, block_d)) == alone, (num_seqs, first, second)
+                assert span == kernel_keys, (num_seqs, first, second, span, kernel_keys)
+                chosen.append(alone)
+    assert len(chosen) == 40 and 0 < sum(chosen) < 40  # both walks are on the grid
