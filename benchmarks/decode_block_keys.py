@@ -19,18 +19,16 @@ from __future__ import annotations
 import argparse
 import functools
 import os
-import statistics
 import sys
 from pathlib import Path
 
 import jax
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from dummy_models import LLAMA_31M  # noqa: E402
 from results_io import provenance, run_info, write_results  # noqa: E402
-from tick_batches import PAGE, time_ticks  # noqa: E402
+from tick_batches import PAGE, compared_row, comparison_table, time_ticks  # noqa: E402
 
 from medha_jax.checkpoint.hf_config import parse_hf_config  # noqa: E402
 from medha_jax.mesh import make_mesh  # noqa: E402
@@ -60,15 +58,10 @@ def main(argv=None) -> int:
     rows = []
     for spec in args.batches.split(","):
         res = time_ticks(programs, spec, cfg, mesh, args.rounds, reps=10 if spec[0] == "d" else 2)
-        ms = {k: res[k]["ms"] for k in widths}
-        logits = {k: res[k]["logits"] for k in widths}
-        med = {k: statistics.median(v) for k, v in ms.items()}
-        first = widths[0]
-        rows.append(dict(batch=spec, median_ms={str(k): med[k] for k in widths},
-                         vs_first={str(k): med[k] / med[first] for k in widths},
-                         max_abs_diff={str(k): float(np.max(np.abs(logits[k] - logits[first]))) for k in widths},
-                         rounds_ms={str(k): v for k, v in ms.items()}))
-        print(f"{spec}: " + ", ".join(f"{k} keys {med[k]:.2f} ms ({med[k] / med[first]:.2f}x)" for k in widths),
+        rows.append(compared_row(spec, res, widths))
+        med, first = rows[-1]["median_ms"], widths[0]
+        print(f"{spec}: " + ", ".join(f"{k} keys {med[str(k)]:.2f} ms ({med[str(k)] / med[str(first)]:.2f}x)"
+                                      for k in widths),
               flush=True)
     platform = jax.devices()[0].platform
     report = dict(run_info("decode_block_keys.py", argv, load_before), device=str(jax.devices()[0].device_kind),
@@ -79,14 +72,8 @@ def main(argv=None) -> int:
              f"one device, per-layer weight buffers, the engine's tick program (`make_step`, XLA paged attention, "
              f"pages of {PAGE}) with the decode loop's key block at each width. dN@C: N decodes at C positions of "
              f"context (544 when not given); pN: one N-token prefill chunk (the decode block does not apply). "
-             f"Median of {args.rounds} interleaved rounds; time and logits compared with the first width.", "",
-             "| batch | " + " | ".join(f"{k} keys (ms a tick)" for k in widths) + " | "
-             + " | ".join(f"{k} / {widths[0]}" for k in widths[1:]) + " | logits max abs diff |",
-             "|---|" + "---|" * (2 * len(widths))]
-    for r in rows:
-        lines.append(f"| {r['batch']} | " + " | ".join(f"{r['median_ms'][str(k)]:.2f}" for k in widths) + " | "
-                     + " | ".join(f"{r['vs_first'][str(k)]:.2f}x" for k in widths[1:]) + " | "
-                     + f"{max(r['max_abs_diff'].values()):.1e} |")
+             f"Median of {args.rounds} interleaved rounds; time and logits compared with the first width.", ""]
+    lines += comparison_table(rows, widths, lambda k: f"{k} keys")
     write_results(args.out, args.name or f"decode_block_keys_{platform}", report, lines)
     return 0
 

@@ -4,6 +4,8 @@
   spec "dN" / "dN@C" / "pN" / "pN@C" --tick_batch--> (stacked ModelInputs, feed_index, prev_tokens, pages)
   {name: (params, attention_fn, per_layer)} + a batch --time_ticks--> per program: compile seconds,
       first logits, ms a tick in each of `rounds` interleaved rounds (KV cache donated and carried)
+      --compared_row--> medians, each over the first program's, logits' largest difference from its
+      --comparison_table--> the results file's table
 
 dN: N decoding sequences, one token each at C positions of context (default 544, the offline
 job's middle), each sequence on its own run of pages; pN: one N-token prefill chunk at position 0,
@@ -17,6 +19,7 @@ four slots on XLA:CPU, 791 vs 137 ms at 16384 keys). Shared by `per_layer_weight
 
 from __future__ import annotations
 
+import statistics
 import time
 
 import jax
@@ -80,3 +83,26 @@ def time_ticks(programs: dict, spec: str, cfg, mesh, rounds: int, reps: int, pag
             out.block_until_ready()
             res[name]["ms"].append((time.perf_counter() - t0) / reps * 1e3)
     return res
+
+
+def compared_row(spec: str, res: dict, names: list) -> dict:
+    """time_ticks' result for one batch -> the report's row: each program's median ms a tick, its
+    ratio to the first program's, its logits' largest difference from the first's, every round."""
+    med = {n: statistics.median(res[n]["ms"]) for n in names}
+    first = names[0]
+    return dict(batch=spec, median_ms={str(n): med[n] for n in names},
+                vs_first={str(n): med[n] / med[first] for n in names},
+                max_abs_diff={str(n): float(np.max(np.abs(res[n]["logits"] - res[first]["logits"]))) for n in names},
+                rounds_ms={str(n): res[n]["ms"] for n in names})
+
+
+def comparison_table(rows: list[dict], names: list, label) -> list[str]:
+    """compared_row rows -> markdown table lines; label(name): a program's column name."""
+    lines = ["| batch | " + " | ".join(f"{label(n)} (ms a tick)" for n in names) + " | "
+             + " | ".join(f"{n} / {names[0]}" for n in names[1:]) + " | logits max abs diff |",
+             "|---|" + "---|" * (2 * len(names))]
+    for r in rows:
+        lines.append(f"| {r['batch']} | " + " | ".join(f"{r['median_ms'][str(n)]:.2f}" for n in names) + " | "
+                     + " | ".join(f"{r['vs_first'][str(n)]:.2f}x" for n in names[1:]) + " | "
+                     + f"{max(r['max_abs_diff'].values()):.1e} |")
+    return lines

@@ -22,18 +22,16 @@ from __future__ import annotations
 import argparse
 import functools
 import os
-import statistics
 import sys
 from pathlib import Path
 
 import jax
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from dummy_models import LLAMA_31M  # noqa: E402
 from results_io import provenance, run_info, write_results  # noqa: E402
-from tick_batches import time_ticks  # noqa: E402
+from tick_batches import compared_row, comparison_table, time_ticks  # noqa: E402
 
 from medha_jax.checkpoint.hf_config import parse_hf_config  # noqa: E402
 from medha_jax.demo_model import DEMO_CONFIG  # noqa: E402
@@ -51,7 +49,8 @@ DEFAULT_BATCHES = ("p32@30000,p64@30000,p96@16000,p128@30000,p128@8000,p160@3000
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", choices=sorted(MODELS), default="demo")
-    ap.add_argument("--page", type=int, default=64, help="tokens a page (the convoy serves 64, the engine's default is 16)")
+    ap.add_argument("--page", type=int, default=64,
+                    help="tokens a page (the convoy serves 64, the engine's default is 16)")
     ap.add_argument("--split-q", default=f"1,{XLA_SPLIT_Q}", help="programs: paged_attention_xla split_q values; "
                     "the first is the baseline (1: one key block a step)")
     ap.add_argument("--batches", default=DEFAULT_BATCHES)
@@ -72,14 +71,10 @@ def main(argv=None) -> int:
     rows = []
     for spec in args.batches.split(","):
         res = time_ticks(programs, spec, cfg, mesh, args.rounds, reps=3 if spec[0] == "p" else 10, page=args.page)
-        med = {v: statistics.median(res[v]["ms"]) for v in splits}
-        first = splits[0]
-        rows.append(dict(batch=spec, median_ms={str(v): med[v] for v in splits},
-                         vs_first={str(v): med[v] / med[first] for v in splits},
-                         max_abs_diff={str(v): float(np.max(np.abs(res[v]["logits"] - res[first]["logits"])))
-                                       for v in splits},
-                         rounds_ms={str(v): res[v]["ms"] for v in splits}))
-        print(f"{spec}: " + ", ".join(f"split_q {v} {med[v]:.2f} ms ({med[v] / med[first]:.2f}x)" for v in splits),
+        rows.append(compared_row(spec, res, splits))
+        med, first = rows[-1]["median_ms"], str(splits[0])
+        print(f"{spec}: " + ", ".join(f"split_q {v} {med[str(v)]:.2f} ms ({med[str(v)] / med[first]:.2f}x)"
+                                      for v in splits),
               flush=True)
     platform = jax.devices()[0].platform
     per_tile = {str(v): {str(t): key_splits(t, v) for t in tile_sizes()} for v in splits}
@@ -93,14 +88,8 @@ def main(argv=None) -> int:
              + "; ".join(f"split_q {v}: " + ", ".join(f"{t}-query {k}" for t, k in per_tile[str(v)].items())
                          for v in splits)
              + f". pN@C: one N-token prefill chunk after C cached tokens; dN: N decodes. Median of {args.rounds} "
-             "interleaved rounds; time and logits compared with the first program.", "",
-             "| batch | " + " | ".join(f"split_q {v} (ms a tick)" for v in splits) + " | "
-             + " | ".join(f"{v} / {splits[0]}" for v in splits[1:]) + " | logits max abs diff |",
-             "|---|" + "---|" * (2 * len(splits))]
-    for r in rows:
-        lines.append(f"| {r['batch']} | " + " | ".join(f"{r['median_ms'][str(v)]:.2f}" for v in splits) + " | "
-                     + " | ".join(f"{r['vs_first'][str(v)]:.2f}x" for v in splits[1:]) + " | "
-                     + f"{max(r['max_abs_diff'].values()):.1e} |")
+             "interleaved rounds; time and logits compared with the first program.", ""]
+    lines += comparison_table(rows, splits, lambda v: f"split_q {v}")
     write_results(args.out, args.name or f"xla_key_splits_{args.model}_{platform}", report, lines)
     return 0
 
