@@ -217,8 +217,6 @@ def _merge_splits(KVH, m, l, acc):
     """The online-softmax states of ks key blocks walked side by side -> one state: m, l
     f32[KVH*ks, R], acc f32[KVH*ks, R, Dh] (batch: KV head major, block minor) -> m, l f32[KVH, R],
     acc f32[KVH, R, Dh]."""
-    if m.shape[0] == KVH:
-        return m, l, acc
     m, l, acc = (x.reshape(KVH, -1, *x.shape[1:]) for x in (m, l, acc))  # m: f32[KVH, ks, R]
     m_all = jnp.max(m, axis=1)  # m_all: f32[KVH, R]
     m_safe = jnp.where(jnp.isfinite(m_all), m_all, 0.0)
@@ -257,21 +255,22 @@ def _xla_prefill_tiles(q_pad, kv: _Pages, table, cu_q_lens, q_offsets, kv_lens, 
         row = table[s]
 
         def block_step(n, masked, b, c):  # n key blocks side by side: batch (KV head, block)
+            def by_head(x):  # f32[n*block, KVH, ...] -> f32[KVH*n, block, ...]
+                return jnp.moveaxis(x.reshape(n, block, KVH, *x.shape[2:]), 2, 0).reshape(KVH * n, block, *x.shape[2:])
+
             cols = jax.lax.dynamic_slice_in_dim(row, b * bp * n, bp * n)  # cols: i32[n*bp]
             k, v, kss, vs = kv.block(cols)  # k, v: f32[n*block, KVH, Dh]; kss, vs: f32[n*block, KVH] or None
-            k = k.reshape(n, block, KVH, Dh).transpose(2, 0, 1, 3).reshape(KVH * n, block, Dh)  # f32[KVH*n, block, Dh]
-            v = v.reshape(n, block, KVH, Dh).transpose(2, 0, 1, 3).reshape(KVH * n, block, Dh)
+            k, v = by_head(k), by_head(v)  # k: f32[KVH*n, block, Dh]
             qn = qf if n == 1 else jnp.broadcast_to(qf[:, None], (KVH, n, BQ * G, Dh)).reshape(KVH * n, BQ * G, Dh)
             sc = jnp.einsum("bmd,bjd->bmj", qn, k)  # sc: f32[KVH*n, BQ*G, block]
             if kss is not None:
-                sc = sc * kss.reshape(n, block, KVH).transpose(2, 0, 1).reshape(KVH * n, 1, block)
+                sc = sc * by_head(kss)[:, None, :]
             # mask: bool[1, BQ*G, block], or None below the tile's first row's frontier (n == 1 there)
             mask = ((b * block + jnp.arange(block))[None, :] < lim_rows[:, None])[None] if masked else None
             if vs is None:
                 pv = lambda p: jnp.einsum("bmj,bjd->bmd", p, v)  # noqa: E731
             else:
-                vsc = vs.reshape(n, block, KVH).transpose(2, 0, 1).reshape(KVH * n, 1, block)
-                pv = lambda p: jnp.einsum("bmj,bjd->bmd", p * vsc, v)  # noqa: E731
+                pv = lambda p: jnp.einsum("bmj,bjd->bmd", p * by_head(vs)[:, None, :], v)  # noqa: E731
             return _online_step(c, sc, mask, pv)
 
         def start(n):  # online-softmax state (m, l, acc) of n key blocks side by side
