@@ -2,6 +2,7 @@
 
   engine (page size, smallest page-table and sequence buckets) --Tiling.for_engine--> Tiling
   Tiling + a prefill chunk (q tokens over kv cached) --tile_work--> (wide-, mid-, small-tile) key walks
+                                                      --tile_steps--> key-loop steps of its tiles
   Tiling + the decodes of a batch --decode_span--> key slots the decode loops walk
 
 `pallas_kernels.reference.paged_attention_xla` runs a prefill chunk in tiles of `tile_q` query
@@ -15,10 +16,14 @@ smallest buckets, which is why these are parameters and not constants: a profile
 (with the default shapes assumed instead, its held-out error was 23.5%, with them 10.0%, and 8.5%
 with the two tile kinds apart; `benchmarks/results/predictor_cpu.md`). A 128- or 256-query tile
 costs less per query than a 32-query one (each walks the same keys), so the three tile kinds are
-counted apart and a 128-token chunk can cost less than a 96-token one; the 128-query tile costs
-~1.15x more per query than a 256-query one (each gathers the same key blocks for half the
-queries: 128 tokens over 16K keys 75 ms, 256 tokens 126 ms), which a long prompt's chunks under
-a budget pay at every step. Pure Python.
+counted apart and a 128-token chunk can cost less than a 96-token one (over 16K keys: 62 vs 74 ms).
+A tile narrower than the widest walks its whole unmasked key blocks several per loop step
+(`reference.key_splits`: 4 for the 128-query tile, 8 for the 32-query one), and every step of the
+loop has a fixed cost whatever it holds, so the key-query pairs alone misprice the narrow tiles:
+after key splits the engine's tick runs the 128-query tile at 1.02-1.03x the 256-query one's time
+per query over 8K-24K keys and 0.98x at 30K, but dearer where the context holds no whole group,
+and one pair coefficient per tile kind fitted both as 1.21-1.27x. `tile_steps` counts the loop's
+steps, so a profile prices the steps and the pairs apart (`predictor.DEFAULT_FEATURES`). Pure Python.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ from dataclasses import dataclass
 # (tests/kernels/test_xla_backend.py checks they agree with pallas_kernels.reference)
 PREFILL_BLOCK_PAGES = 16  # pages per key block of a prefill tile (paged_attention_xla prefill_block_pages)
 DECODE_BLOCK_KEYS = 64  # keys per block of the decode loop, whole pages (reference.XLA_DECODE_BLOCK_KEYS)
+MID_KEY_SPLITS = 4  # key blocks the 128-query tile walks per step (reference.key_splits(128))
+SMALL_KEY_SPLITS = 8  # ... the 32-query tile (reference.key_splits(32))
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +54,10 @@ class Tiling:
     """Keys of the narrowest page table (smallest page bucket x page size): a block is no wider."""
     min_seq_slots: int = 4
     """Sequence slots of the smallest sequence bucket."""
+    mid_key_splits: int = MID_KEY_SPLITS
+    """Whole unmasked key blocks the mid tile walks per loop step (1: one at a time)."""
+    small_key_splits: int = SMALL_KEY_SPLITS
+    """... the small tiles."""
 
     @classmethod
     def for_engine(cls, page_size: int, min_pages: int, min_seqs: int) -> "Tiling":
@@ -83,6 +94,33 @@ def tile_work(t: Tiling, q: int, kv: int, new: int | None = None) -> tuple[float
     mid_end = split + (q - split) // mid * mid
     return (float(rows(big, 0, split) * block), float(rows(mid, split, mid_end) * block),
             float(rows(small, mid_end, mid_end + -(-(q - mid_end) // small) * small) * block))
+
+
+def tile_steps(t: Tiling, q: int, kv: int, new: int | None = None) -> float:
+    """Key-loop steps a prefill chunk's tiles take (same tiles, blocks and page table as
+    `tile_work`): a tile steps once per key block up to its last row's frontier, except that a
+    narrow tile walks the whole blocks below its first row's frontier `*_key_splits` at a time
+    (not more than the page table holds) when there is at least one whole group, then the rest
+    of them one at a time. 128 tokens over 30,000 keys: one mid tile, 29 whole blocks of 1,024 in
+    7 groups of 4 + 1, then the diagonal block: 9 steps (the widest tile would take 30)."""
+    new = q if new is None else new
+    table = max(t.min_table_keys, 1 << max(kv + new - 1, 0).bit_length())
+    block = min(t.prefill_block_keys, table)
+
+    def steps(size: int, splits: int, lo: int, hi: int) -> int:  # tiles of `size` queries over tokens [lo, hi)
+        ks = max(1, min(splits, table // block))
+        n = 0
+        for end in range(lo + size, hi + 1, size):
+            total = -(-(kv + min(end, new)) // block)
+            full = (kv + min(end - size + 1, new)) // block  # whole blocks below the first row's frontier
+            n += total - full + full // ks + full % ks if ks > 1 and full >= ks else total
+        return n
+
+    big, mid, small = t.tile_q, t.mid_tile_q, t.small_tile_q
+    split = q // big * big
+    mid_end = split + (q - split) // mid * mid
+    return float(steps(big, 1, 0, split) + steps(mid, t.mid_key_splits, split, mid_end)
+                 + steps(small, t.small_key_splits, mid_end, mid_end + -(-(q - mid_end) // small) * small))
 
 
 def decode_span(t: Tiling, num_seqs: int, longest: tuple[int, int]) -> int:

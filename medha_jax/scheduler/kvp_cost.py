@@ -25,7 +25,7 @@ spread over several groups). Pure Python.
 from __future__ import annotations
 
 from medha_jax.kvp_layout import owner
-from medha_jax.scheduler.attention_tiling import tile_work, top_two
+from medha_jax.scheduler.attention_tiling import tile_steps, tile_work, top_two
 from medha_jax.scheduler.predictor import BatchCost, RuntimePredictor
 
 
@@ -45,7 +45,7 @@ class KVPBatchCost:
 
     def _parts(self, q: int, kv: int, h: int, g: int) -> tuple | None:
         """(tokens, chunk_kv, chunk_sq, decodes, decode_kv, context, wide-, mid- and small-tile work,
-        decode kv on g) of one sequence on group g, or None when g has nothing of it to do."""
+        tile steps, decode kv on g) of one sequence on group g, or None when g has nothing of it to do."""
         M = self.M
         base = ((g - h) % self.kvp) * M  # the block of the sequence that g holds
         c = min(max(kv - base, 0), M)
@@ -53,17 +53,18 @@ class KVPBatchCost:
         own = self.replicated or owner(q, kv, h, M, self.kvp) == g
         t = q if own else 0
         if not e:
-            return (t, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0) if own else None
+            return (t, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 0) if own else None
         if q == 1 and kv > 0:
-            return t, 0, 0, 1, c, e, 0.0, 0.0, 0.0, c
-        return t, q * c, q * (e - c), 0, 0, e, *tile_work(self.tiling, q, c, e - c), 0
+            return t, 0, 0, 1, c, e, 0.0, 0.0, 0.0, 0.0, c
+        return (t, q * c, q * (e - c), 0, 0, e, *tile_work(self.tiling, q, c, e - c), tile_steps(self.tiling, q, c, e - c),
+                0)
 
     def add(self, q: int, kv: int, h: int = 0) -> None:
         for g, cost in enumerate(self.groups):
             parts = self._parts(q, kv, h, g)
             if parts is None:
                 continue
-            t, ckv, csq, d, dkv, ctx, tiles, mid, small, gkv = parts
+            t, ckv, csq, d, dkv, ctx, tiles, mid, small, steps, gkv = parts
             cost.n += 1
             cost.tokens += t
             cost.chunk_kv += ckv
@@ -74,6 +75,7 @@ class KVPBatchCost:
             cost.tiles += tiles
             cost.mid += mid
             cost.small += small
+            cost.steps += steps
             cost.longest = top_two(cost.longest, gkv)
 
     def fixed(self) -> float:
@@ -101,11 +103,10 @@ class KVPBatchCost:
             parts = self._parts(q, kv, h, g)
             if parts is None:
                 continue
-            tk, ckv, csq, d, dkv, ctx, tiles, mid, small, gkv = parts
+            tk, ckv, csq, d, dkv, ctx, tiles, mid, small, steps, gkv = parts
             t = cost._t(cost.tokens + tk, cost.chunk_kv + ckv, cost.chunk_sq + csq, cost.decodes + d,
                         cost.decode_kv + dkv, max(cost.max_ctx, ctx), cost.tiles + tiles, cost.mid + mid,
-                        cost.small + small,
-                        cost.n + 1, top_two(cost.longest, gkv))
+                        cost.small + small, cost.steps + steps, cost.n + 1, top_two(cost.longest, gkv))
             worst = max(worst, t)
         return worst
 

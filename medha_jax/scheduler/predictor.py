@@ -55,26 +55,36 @@ import os
 import re
 from dataclasses import asdict, dataclass
 
-from medha_jax.scheduler.attention_tiling import DEFAULT_TILING, Tiling, decode_span, tile_work, top_two
+from medha_jax.scheduler.attention_tiling import DEFAULT_TILING, Tiling, decode_span, tile_steps, tile_work, top_two
 from medha_jax.scheduler.nnls import nnls
 from medha_jax.scheduler.records import Composition
 
 FEATURES = ("const", "tokens", "chunk_kv", "chunk_sq", "decodes", "decode_kv", "tokens_sq", "tokens_maxctx",
-            "tile_kv", "decode_span", "small_tile_kv", "mid_tile_kv")
+            "tile_kv", "decode_span", "small_tile_kv", "mid_tile_kv", "tile_steps")
 ANALYTIC_FEATURES = ("const", "tokens", "chunk_kv", "chunk_sq", "decodes", "decode_kv", "tokens_maxctx")
 """For a device whose time is a smooth function of the work (the simulator's device models)."""
-TILED_FEATURES = ("tile_kv", "mid_tile_kv", "small_tile_kv", "decode_span")
+TILED_FEATURES = ("tile_kv", "mid_tile_kv", "small_tile_kv", "decode_span", "tile_steps")
 """The terms whose values depend on the engine's `Tiling`."""
-DEFAULT_FEATURES = ANALYTIC_FEATURES + TILED_FEATURES
-"""For measured profiles: adds the attention backend's tiling."""
+TILE_PAIRS = ("tile_kv", "mid_tile_kv", "small_tile_kv")
+"""The key-query pairs of the three prefill tile kinds: fitted as one coefficient (`fit`)."""
+DEFAULT_FEATURES = ANALYTIC_FEATURES + (TILE_PAIRS, "decode_span", "tile_steps")
+"""For measured profiles: adds the attention backend's tiling. A pair costs the same arithmetic in
+any tile; what a narrow tile costs more per query is its loop's steps (each walks the same key blocks
+for fewer queries), which tile_steps counts. Fitted apart, the three pair coefficients took up the
+steps' cost as they averaged over contexts: on the convoy's engine they priced the 128-query tile
+at 1.21-1.27x the 256-query one per query at 8K-30K keys, where the engine's tick measures
+1.03x-0.98x (`benchmarks/xla_key_splits.py`); tied, 0.98-1.01x of the tick's times, at about the
+same held-out error (10.8% vs 10.0% on that profile's 125 samples)."""
 PROFILE_FORMAT = "medha-jax-runtime-profile"
-PROFILE_VERSION = 7
+PROFILE_VERSION = 8
 """Bumped whenever a feature's meaning changes (2: tile_kv counts 128-query tiles, was 32; 3: the
 32-query tiles are small_tile_kv, and the tiling is the engine's, stored in the profile; 4: tile_kv
 counts 256-query tiles and at most one 128-query tile a chunk; 5: decode_span lets the longest
 decode walk alone; 6: the 128-query tile is mid_tile_kv, tile_kv counts 256-query tiles only; 7: the
 128- and 32-query tiles walk key blocks side by side, `reference.key_splits`: the same pairs, their
-coefficients ~0.9x and ~0.7x of version 6's on a CPU, so a version-6 profile overprices them)."""
+coefficients ~0.9x and ~0.7x of version 6's on a CPU, so a version-6 profile overprices them; 8: tile_steps
+counts the prefill tiles' key-loop steps, `attention_tiling.tile_steps`, and the three tile kinds'
+pairs share one coefficient)."""
 
 
 class StaleProfileError(ValueError):
@@ -117,7 +127,7 @@ def feature_sums(comp: Composition, tiling: Tiling = DEFAULT_TILING) -> list[flo
     max_dkv = longest[0]
     tokens, max_ctx = decodes, max_dkv + 1 if decodes else 0
     chunk_kv = chunk_sq = 0
-    tiles = mid = small = 0.0
+    tiles = mid = small = steps = 0.0
     if decodes < len(seqs):
         for q, kv in seqs:
             if q == 1 and kv > 0:
@@ -130,17 +140,18 @@ def feature_sums(comp: Composition, tiling: Tiling = DEFAULT_TILING) -> list[flo
             tiles += b
             mid += m
             small += s
+            steps += tile_steps(tiling, q, kv)
     return [1.0, tokens, chunk_kv, chunk_sq, decodes, decode_kv, tokens * tokens, tokens * max_ctx, tiles,
-            decode_span(tiling, len(seqs), longest), small, mid]
+            decode_span(tiling, len(seqs), longest), small, mid, steps]
 
 
-def _linear_time(c, tiling, tokens, chunk_kv, chunk_sq, decodes, decode_kv, max_ctx, tiles, mid, small, n,
+def _linear_time(c, tiling, tokens, chunk_kv, chunk_sq, decodes, decode_kv, max_ctx, tiles, mid, small, steps, n,
                  longest) -> float:
     """The model over a batch's running sums (c: coefficients in FEATURES order; longest: the two
     longest decodes' cached lengths)."""
     return (c[0] + c[1] * tokens + c[2] * chunk_kv + c[3] * chunk_sq + c[4] * decodes
             + c[5] * decode_kv + c[6] * tokens * tokens + c[7] * tokens * max_ctx
-            + c[8] * tiles + c[11] * mid + c[10] * small
+            + c[8] * tiles + c[11] * mid + c[10] * small + c[12] * steps
             + (c[9] * decode_span(tiling, n, longest) if c[9] else 0.0))
 
 
@@ -199,8 +210,9 @@ class RuntimePredictor:
         """Raw seconds of a batch holding one prefill chunk alone (used by the prefill-time cache)."""
         t = self.tiling
         if q == 1 and kv > 0:  # counted as a decode, exactly as predict_raw does
-            return _linear_time(self._coef, t, 1, 0, 0, 1, kv, kv + 1, 0.0, 0.0, 0.0, 1, (kv, 0))
-        return _linear_time(self._coef, t, q, q * kv, q * q, 0, 0, q + kv, *tile_work(t, q, kv), 1, (0, 0))
+            return _linear_time(self._coef, t, 1, 0, 0, 1, kv, kv + 1, 0.0, 0.0, 0.0, 0.0, 1, (kv, 0))
+        return _linear_time(self._coef, t, q, q * kv, q * q, 0, 0, q + kv, *tile_work(t, q, kv), tile_steps(t, q, kv),
+                            1, (0, 0))
 
     # ---- online correction -----------------------------------------------------------------
     def observe(self, comp: Composition, measured: float) -> None:
@@ -247,23 +259,29 @@ class RuntimePredictor:
 
     # ---- fitting and scoring ---------------------------------------------------------------
     @classmethod
-    def fit(cls, samples: list[tuple[Composition, float]], features: tuple[str, ...] = DEFAULT_FEATURES,
+    def fit(cls, samples: list[tuple[Composition, float]], features: tuple = DEFAULT_FEATURES,
             *, key: ProfileKey | None = None, tiling: Tiling = DEFAULT_TILING,
             ema_alpha: float = 0.05) -> "RuntimePredictor":
         """Least squares on relative error (weights 1/seconds), coefficients >= 0; `tiling`: the
-        attention loop shapes of the engine the samples were measured on."""
-        unknown = set(features) - set(FEATURES)
+        attention loop shapes of the engine the samples were measured on. A tuple of features
+        among `features` shares one coefficient (its terms are summed)."""
+        groups = [(f,) if isinstance(f, str) else tuple(f) for f in features]
+        unknown = {f for g in groups for f in g} - set(FEATURES)
         if unknown:
             raise ValueError(f"unknown predictor features {sorted(unknown)}; known: {', '.join(FEATURES)}")
         samples = [(c, float(t)) for c, t in samples if t > 0.0 and c.seqs]
-        if len(samples) < len(features):
-            raise ValueError(f"need at least {len(features)} samples with positive times to fit {features}, got {len(samples)}")
-        idx = [FEATURES.index(f) for f in features]
-        rows = [[feature_sums(c, tiling)[i] for i in idx] for c, _ in samples]
+        if len(samples) < len(groups):
+            raise ValueError(f"need at least {len(groups)} samples with positive times to fit {features}, got {len(samples)}")
+        idx = [[FEATURES.index(f) for f in g] for g in groups]
+        rows = []
+        for c, _ in samples:
+            f = feature_sums(c, tiling)
+            rows.append([sum(f[i] for i in g) for g in idx])
         y = [t for _, t in samples]
         x = nnls(rows, y, weights=[1.0 / t for t in y])
-        pred = cls(dict(zip(features, x)), key=key, tiling=tiling, ema_alpha=ema_alpha)
-        pred.fit_info = {"num_samples": len(samples), "features": list(features), "train_mape": pred.mape(samples)}
+        pred = cls({f: v for g, v in zip(groups, x) for f in g}, key=key, tiling=tiling, ema_alpha=ema_alpha)
+        pred.fit_info = {"num_samples": len(samples), "features": [list(g) if len(g) > 1 else g[0] for g in groups],
+                         "train_mape": pred.mape(samples)}
         return pred
 
     def mape(self, samples: list[tuple[Composition, float]], *, corrected: bool = False) -> float:
@@ -340,18 +358,18 @@ class BatchCost:
     """Running feature sums of a batch being packed: O(1) per added seq and per what-if query."""
 
     __slots__ = ("c", "tiling", "tiled", "corr", "dcorr", "tokens", "chunk_kv", "chunk_sq", "decodes", "decode_kv",
-                 "max_ctx", "n", "tiles", "mid", "small", "longest")
+                 "max_ctx", "n", "tiles", "mid", "small", "steps", "longest")
 
     def __init__(self, predictor: RuntimePredictor, raw: bool = False):
         self.c = predictor._coef
         self.tiling = predictor.tiling
-        self.tiled = bool(self.c[8] or self.c[10] or self.c[11])  # else the tile terms are 0: skip counting tiles
+        self.tiled = bool(self.c[8] or self.c[10] or self.c[11] or self.c[12])  # else the tile terms are 0: skip counting
         self.corr = 1.0 if raw else predictor.correction  # a batch with a prefill chunk
         self.dcorr = 1.0 if raw else predictor.decode_correction  # a decode-only batch
         self.tokens = self.chunk_kv = self.chunk_sq = self.decodes = self.decode_kv = self.max_ctx = 0
         self.n = 0
         self.longest = (0, 0)  # the two longest decodes' cached lengths
-        self.tiles = self.mid = self.small = 0.0
+        self.tiles = self.mid = self.small = self.steps = 0.0
 
     def add(self, q: int, kv: int, h: int = 0) -> None:
         """A sequence of q tokens over kv cached ones (h, its kvp group, is for `KVPBatchCost`)."""
@@ -370,6 +388,7 @@ class BatchCost:
                 self.tiles += b
                 self.mid += m
                 self.small += s
+                self.steps += tile_steps(self.tiling, q, kv)
 
     def add_decodes(self, n: int, kv_sum: int, kv_max: int = 0, kv_second: int = 0) -> None:
         """n decodes whose cached lengths sum to kv_sum, the longest kv_max, the next kv_second."""
@@ -381,10 +400,11 @@ class BatchCost:
         self.decodes += n
         self.decode_kv += kv_sum
 
-    def _t(self, tokens, chunk_kv, chunk_sq, decodes, decode_kv, max_ctx, tiles, mid, small, n, longest) -> float:
+    def _t(self, tokens, chunk_kv, chunk_sq, decodes, decode_kv, max_ctx, tiles, mid, small, steps, n,
+           longest) -> float:
         corr = self.corr if tokens > decodes or chunk_kv or chunk_sq else self.dcorr  # with a chunk / decodes only
         return _linear_time(self.c, self.tiling, tokens, chunk_kv, chunk_sq, decodes, decode_kv, max_ctx, tiles,
-                            mid, small, n, longest) * corr
+                            mid, small, steps, n, longest) * corr
 
     def fixed(self) -> float:
         """Seconds every iteration pays however little it holds (the model's intercept): a
@@ -397,21 +417,22 @@ class BatchCost:
         if self.n == 0:
             return 0.0
         return _linear_time(self.c, self.tiling, self.tokens, self.chunk_kv, self.chunk_sq, self.decodes,
-                            self.decode_kv, self.max_ctx, self.tiles, self.mid, self.small, self.n,
+                            self.decode_kv, self.max_ctx, self.tiles, self.mid, self.small, self.steps, self.n,
                             self.longest) * self.corr
 
     def time(self) -> float:
         if self.n == 0:
             return 0.0
         return self._t(self.tokens, self.chunk_kv, self.chunk_sq, self.decodes, self.decode_kv, self.max_ctx,
-                       self.tiles, self.mid, self.small, self.n, self.longest)
+                       self.tiles, self.mid, self.small, self.steps, self.n, self.longest)
 
     def time_with(self, q: int, kv: int, h: int = 0) -> float:
         """Predicted seconds if a prefill chunk of q tokens over kv cached tokens were added."""
         ctx = max(self.max_ctx, q + kv)
         if q == 1 and kv > 0:
             return self._t(self.tokens + 1, self.chunk_kv, self.chunk_sq, self.decodes + 1, self.decode_kv + kv, ctx,
-                           self.tiles, self.mid, self.small, self.n + 1, top_two(self.longest, kv))
+                           self.tiles, self.mid, self.small, self.steps, self.n + 1, top_two(self.longest, kv))
         b, m, s = tile_work(self.tiling, q, kv) if self.tiled else (0.0, 0.0, 0.0)
+        k = tile_steps(self.tiling, q, kv) if self.tiled else 0.0
         return self._t(self.tokens + q, self.chunk_kv + q * kv, self.chunk_sq + q * q, self.decodes, self.decode_kv,
-                       ctx, self.tiles + b, self.mid + m, self.small + s, self.n + 1, self.longest)
+                       ctx, self.tiles + b, self.mid + m, self.small + s, self.steps + k, self.n + 1, self.longest)

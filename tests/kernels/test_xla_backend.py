@@ -51,6 +51,7 @@ def test_the_default_tiling_is_the_xla_backends_and_the_engines():
     assert t == Tiling.for_engine(cfg.page_size, cfg.min_page_bucket, cfg.min_seq_bucket)
     assert (t.tile_q, t.mid_tile_q, t.small_tile_q) == (ref.XLA_BLOCK_Q, ref.XLA_MID_BLOCK_Q, ref.XLA_SMALL_BLOCK_Q)
     assert ref.tile_sizes() == (t.tile_q, t.mid_tile_q, t.small_tile_q)
+    assert (t.mid_key_splits, t.small_key_splits) == (ref.key_splits(t.mid_tile_q), ref.key_splits(t.small_tile_q))
     assert t.prefill_block_keys == xla["prefill_block_pages"].default * cfg.page_size
     assert xla["block_pages"].default is None  # then XLA_DECODE_BLOCK_KEYS, in whole pages
     assert t.decode_block_keys == max(1, ref.XLA_DECODE_BLOCK_KEYS // cfg.page_size) * cfg.page_size

@@ -3,7 +3,7 @@ import random
 
 import pytest
 
-from medha_jax.scheduler.attention_tiling import Tiling, decode_span, tile_work, top_two
+from medha_jax.scheduler.attention_tiling import Tiling, decode_span, tile_steps, tile_work, top_two
 from medha_jax.scheduler.predictor import (SPELL, SPELL_LONGEST, ProfileKey, RuntimePredictor, StaleProfileError, feature_sums,
                                               profile_path)
 from medha_jax.scheduler.records import Composition
@@ -28,8 +28,9 @@ def test_feature_sums_split_decodes_and_chunks():
     # 128-key block (page tables this short are 8 pages wide): (10, 0), (20, 30), (1, 0)
     # decode span: 5 sequences take 8 slots; the longest decode (100 keys) walks alone in one 128-key
     # tile block, the 8 slots walk the next one's 50 keys in one block of 64 (8 x 128 together)
+    # tile steps: the three 32-token tiles one step each (no whole group of 8 blocks below them)
     assert feature_sums(comp) == [1.0, 33, 20 * 30, 100 + 400 + 1, 2, 150, 33 * 33, 33 * 101,
-                                  0, 8 * 64 + 128, 3 * 32 * 128, 0]
+                                  0, 8 * 64 + 128, 3 * 32 * 128, 0, 3]
     assert feature_sums(Composition.of([(1, 300)]))[9] == 512  # alone: 2 tile blocks (4 slots x 320 together)
     # 300 tokens after 1000: a 256-token tile ends at 1256 keys (5 blocks of 256), no 128-token one
     # fits the last 44 tokens, 32-token tiles over them end at 1288, 1300 (6 + 6 blocks)
@@ -51,7 +52,7 @@ def test_feature_sums_match_a_per_pair_reference_sum():
 
     def reference(comp, t):
         f = dict.fromkeys(("tokens", "chunk_kv", "chunk_sq", "decodes", "decode_kv", "max_ctx",
-                           "tiles", "mid", "small"), 0)
+                           "tiles", "mid", "small", "steps"), 0)
         decode_kvs = []
         for q, kv in comp.seqs:
             f["tokens"] += q
@@ -67,10 +68,11 @@ def test_feature_sums_match_a_per_pair_reference_sum():
                 f["tiles"] += b
                 f["mid"] += m
                 f["small"] += s
+                f["steps"] += tile_steps(t, q, kv)
         n = f["tokens"]
         return [1.0, n, f["chunk_kv"], f["chunk_sq"], f["decodes"], f["decode_kv"], n * n, n * f["max_ctx"],
                 f["tiles"], decode_span(t, len(comp.seqs), tuple((sorted(decode_kvs)[::-1] + [0, 0])[:2])), f["small"],
-                f["mid"]]
+                f["mid"], f["steps"]]
 
     rng = random.Random(3)
     comps = random_compositions(200, seed=3) + [Composition.of([(1, 0)]), Composition.of([(1, 0), (1, 5)])]
@@ -119,20 +121,24 @@ def test_the_tiling_follows_the_engine_shapes():
 
 
 def test_a_wide_tile_can_cost_less_than_narrow_ones():
-    """Measured on the CPU at 16K keys: 64 tokens 74.9 ms, 128 tokens 111.8 ms (two narrow tiles
-    vs one wide one); a fit with one tile coefficient cannot say that 128 tokens cost about as much
-    as 96, a fit with two can, and the predictor then tells the packer where times may drop."""
+    """The engine's tick on the CPU over 16,000 keys (`benchmarks/xla_key_splits.py`, demo model): 96
+    tokens 73.6 ms (three 32-query tiles, each walking every key), 128 tokens 62.0 ms (one
+    128-query tile). A profile that prices each pair alike and each key-loop step apart (the fit's
+    tied pair coefficient and tile_steps) says so, recovers the true costs from exact samples, and
+    tells the packer where times may drop; the 128-query tile then costs about what the 256-query
+    one does per query this far into a context (its steps walk 4 blocks)."""
     t = Tiling.for_engine(page_size=64, min_pages=512, min_seqs=16)
-    true = RuntimePredictor({"const": 2e-3, "tokens": 1e-5, "tile_kv": 4e-8, "mid_tile_kv": 4.6e-8,
-                             "small_tile_kv": 6.5e-8}, tiling=t)
+    true = RuntimePredictor({"const": 2e-3, "tokens": 1e-5, "tile_kv": 2e-8, "mid_tile_kv": 2e-8,
+                             "small_tile_kv": 2e-8, "tile_steps": 1.2e-3}, tiling=t)
     comps = [Composition.of([(q, kv)]) for q in (16, 32, 64, 128, 256, 384, 512) for kv in (0, 1024, 4096, 16384)]
     fitted = RuntimePredictor.fit([(c, true.predict(c)) for c in comps], tiling=t)
-    assert fitted.coefficients["small_tile_kv"] == pytest.approx(6.5e-8, rel=1e-6)
-    # the 128-query tile apart from the 256-query ones (measured: 128 tokens over 16K keys 75 ms,
-    # 256 tokens 126 ms, ~1.15x per query), so a 128-token chunk is known to cost more per token
-    assert fitted.coefficients["mid_tile_kv"] == pytest.approx(4.6e-8, rel=1e-6)
-    assert fitted.chunk_time(128, 16384) / 128 > 1.1 * fitted.chunk_time(256, 16384) / 256
-    assert fitted.chunk_time(128, 16384) < fitted.chunk_time(96, 16384)
+    for f in ("tile_kv", "mid_tile_kv", "small_tile_kv"):
+        assert fitted.coefficients[f] == pytest.approx(2e-8, rel=1e-6)
+    assert fitted.coefficients["tile_steps"] == pytest.approx(1.2e-3, rel=1e-6)
+    assert fitted.fit_info["features"][-3] == ["tile_kv", "mid_tile_kv", "small_tile_kv"]
+    assert fitted.chunk_time(128, 16000) < fitted.chunk_time(96, 16000)
+    assert fitted.chunk_time(128, 16000) / 128 < 1.1 * fitted.chunk_time(256, 16000) / 256
+    assert fitted.chunk_time(32, 16000) / 32 > 1.3 * fitted.chunk_time(256, 16000) / 256
     assert fitted.chunk_period == 128
     assert RuntimePredictor({"tokens": 1e-3, "tile_kv": 1e-8}).chunk_period == 0  # times only grow
 
@@ -170,7 +176,7 @@ def test_fit_never_returns_negative_coefficients():
 
 
 def test_fit_errors():
-    with pytest.raises(ValueError, match="at least 11 samples"):
+    with pytest.raises(ValueError, match="at least 10 samples"):
         RuntimePredictor.fit([(Composition.of([(4, 0)]), 1.0)])
     with pytest.raises(ValueError, match="unknown predictor features"):
         RuntimePredictor.fit([], features=("bogus",))
@@ -335,7 +341,8 @@ def test_save_load_roundtrip_and_key_check(tmp_path):
 def test_cross_validated_error_sees_every_sample_once_and_grows_with_noise():
     from medha_jax.runtime_profiler import fit_with_holdout
 
-    true = RuntimePredictor({**TRUE, "tile_kv": 1e-9, "decode_span": 5e-9})
+    true = RuntimePredictor({**TRUE, "tile_kv": 1e-9, "mid_tile_kv": 1e-9, "small_tile_kv": 1e-9, "tile_steps": 1e-4,
+                             "decode_span": 5e-9})
     comps = random_compositions(60, seed=4)
     exact = [(c, true.predict(c)) for c in comps]
     fitted, held_out = fit_with_holdout(exact)
@@ -370,3 +377,37 @@ def test_profile_grid_fits_any_engine_shape(max_tokens, max_kv):
             for c in comps:
                 assert len(c.seqs) <= max(max_seqs, 1)
                 assert all(q + kv <= max_kv for q, kv in c.seqs), c
+
+
+def test_tile_steps_count_the_key_loops_steps():
+    """The convoy engine's tiling (blocks of 1,024 keys, tables of at least 32,768): a tile walks
+    one block per step, except that the 128- and 32-query tiles walk their whole unmasked blocks
+    4 and 8 at a time where at least one whole group lies below their first row
+    (`pallas_kernels.reference`'s loop; tests/kernels/test_xla_backend.py checks the split counts)."""
+    t = Tiling.for_engine(page_size=64, min_pages=512, min_seqs=16)
+    assert (t.mid_key_splits, t.small_key_splits) == (4, 8)
+    # 256 over 30,000: 30 blocks, one a step; 128: 29 whole blocks = 7 groups + 1, then the diagonal: 9
+    assert tile_steps(t, 256, 30000) == 30 and tile_steps(t, 128, 30000) == 9
+    # 160 over 30,000: the mid tile's 9, then a 32-query tile over 30,128..30,160: 29 whole = 3 groups + 5, + 1
+    assert tile_steps(t, 160, 30000) == 9 + 9
+    # 128 over 2,000: 1 whole block, no group of 4: one a step, 3 in all (to 2,128 keys)
+    assert tile_steps(t, 128, 2000) == 3
+    # one a step everywhere: the steps are the blocks tile_work counts, whatever the tile
+    flat = Tiling.for_engine(page_size=64, min_pages=512, min_seqs=16)
+    flat = Tiling(**{**{f: getattr(flat, f) for f in flat.__dataclass_fields__}, "mid_key_splits": 1, "small_key_splits": 1})
+    for q, kv in ((128, 30000), (32, 16000), (400, 5000), (16, 300)):
+        b, m, s = tile_work(flat, q, kv)
+        block = flat.prefill_block_keys
+        assert tile_steps(flat, q, kv) == b / block / 256 + m / block / 128 + s / block / 32
+
+
+def test_the_steps_price_a_mid_tile_by_its_context():
+    """A profile with a cost per step and one per pair: the 128-query tile costs about what the 256-query
+    one does per token far into a context (its steps walk 4 blocks) and more near its start (no whole
+    group: as many steps as blocks, for half the queries), which one coefficient per pair could not say."""
+    t = Tiling.for_engine(page_size=64, min_pages=512, min_seqs=16)
+    p = RuntimePredictor({"tile_kv": 2e-8, "mid_tile_kv": 2e-8, "tile_steps": 5e-4}, tiling=t)
+    far = (p.chunk_time(128, 30000) / 128) / (p.chunk_time(256, 30000) / 256)
+    near = (p.chunk_time(128, 2000) / 128) / (p.chunk_time(256, 2000) / 256)
+    assert far < 1.0 < near and near > far + 0.1
+
