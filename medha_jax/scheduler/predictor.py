@@ -42,8 +42,9 @@ the budget allowed; following the spell's speed instead (chunks cut to fit the b
 speed) cleared the queue of prefills slower than the overrunning iterations did
 (`benchmarks/transient_slowdown.py`: 2.3x the missed deadlines; leaving spells out: 0.15-1.0x).
 `slowdown` is how much slower than raw predictions prefill work runs right now: the larger of
-`correction` and `correction` times how far off its kind's average the last iteration ran, so
-that a slow spell shows at its first iteration. Pure Python.
+`correction` and `correction` times how far off the last iteration with a prefill chunk ran, so
+that a slow spell shows at its first such iteration (decode-only ones, a few ms of host jitter, do
+not count). Pure Python.
 """
 
 from __future__ import annotations
@@ -182,7 +183,7 @@ class RuntimePredictor:
         self.correction = 1.0  # iterations with a prefill chunk: slow average of measured / raw predicted
         self.decode_correction = 1.0  # decode-only iterations: the same (spells left out of both)
         self.last_ratio = 1.0  # the last iteration's measured / raw predicted (clamped)
-        self.last_off = 1.0  # last_ratio / its kind's correction: how far off the average it ran
+        self.last_off = 1.0  # the last iteration with a prefill chunk: its ratio / correction, how far off it ran
         self._off = 1.0  # the same against the correction before it was folded in (spells are told by it)
         self._spell = 0  # iterations in the current spell
         self.fit_info = dict(fit_info or {})
@@ -236,19 +237,26 @@ class RuntimePredictor:
                 self.correction = c
             else:
                 self.decode_correction = c
-        self.last_ratio, self.last_off = ratio, ratio / c
+        self.last_ratio = ratio
+        if prefill:
+            self.last_off = ratio / c
 
     @property
     def slowdown(self) -> float:
         """How much slower than its raw predictions prefill work runs now, at least 1: the larger
         of the correction and the correction times how far off its kind's average the last
-        iteration ran (a slow spell's first iteration shows at once, in the correction only after
-        tens of iterations)."""
+        iteration with a prefill chunk ran (a slow spell's first iteration shows at once, in the
+        correction only after tens of iterations). Decode-only iterations do not count: on the
+        convoy's CPU engine they take ~5 ms, of which a few ms of host jitter made one in five
+        look 1.3-2.3x slow (~600 of 3,300 iterations a run), and each such reading shrank the
+        next chunk's budget (`SLOPolicy.budget_scale`) and the deadline budget of the prompts it
+        completed (`finish_budget`): a 32-token chunk of the long prompt where 128 fitted."""
         return max(1.0, self.correction, self.correction * self.last_off)
 
     @property
     def spell_ratio(self) -> float:
-        """How much slower than its corrected predictions the last iteration ran, at least 1 (on
+        """How much slower than its corrected predictions the last iteration with a prefill chunk
+        ran, at least 1 (`slowdown` says why not a decode-only one; on
         a device steadily faster than its profile the correction is below 1, and this stays 1
         where slowdown / correction would not)."""
         return max(1.0, self.last_off)

@@ -411,3 +411,17 @@ def test_the_steps_price_a_mid_tile_by_its_context():
     near = (p.chunk_time(128, 2000) / 128) / (p.chunk_time(256, 2000) / 256)
     assert far < 1.0 < near and near > far + 0.1
 
+
+def test_a_jittery_decode_only_iteration_is_no_slow_spell():
+    """On the convoy's CPU engine a decode-only iteration takes ~5 ms, and a few ms of host jitter
+    made one in five read 1.3-2.3x its prediction; the packer's spell signals (`spell_ratio`,
+    `slowdown`: how far off the last iteration with prefill work ran) ignore them, and a slow
+    prefill iteration still shows at once."""
+    p = RuntimePredictor({"const": 1e-3, "tokens": 1e-4, "decode_kv": 1e-6})
+    decodes = Composition.of([(1, 500)] * 8)
+    chunk = Composition.of([(256, 4000)] + [(1, 500)] * 8)
+    p.observe(chunk, p.predict_raw(chunk))
+    p.observe(decodes, 2.3 * p.predict_raw(decodes))
+    assert p.spell_ratio == 1.0 and p.slowdown == pytest.approx(p.correction)
+    p.observe(chunk, 2.0 * p.predict_raw(chunk))
+    assert p.spell_ratio == pytest.approx(2.0 / p.correction) and p.slowdown == pytest.approx(2.0)
