@@ -74,7 +74,7 @@ any tile; what a narrow tile costs more per query is its loop's steps (each walk
 for fewer queries), which tile_steps counts. Fitted apart, the three pair coefficients took up the
 steps' cost as they averaged over contexts: on the convoy's engine they priced the 128-query tile
 at 1.21-1.27x the 256-query one per query at 8K-30K keys, where the engine's tick measures
-1.03x-0.98x (`benchmarks/xla_key_splits.py`); tied, 0.98-1.01x of the tick's times, at about the
+1.03x-0.98x (`benchmarks/xla_key_splits.py`); tied, 0.98-1.05x of the tick's times, at about the
 same held-out error (10.8% vs 10.0% on that profile's 125 samples)."""
 PROFILE_FORMAT = "medha-jax-runtime-profile"
 PROFILE_VERSION = 8
