@@ -1,8 +1,9 @@
 """The XLA attention backend's loop shapes on one engine, and the work its loops do.
 
   engine (page size, smallest page-table and sequence buckets) --Tiling.for_engine--> Tiling
-  Tiling + a prefill chunk (q tokens over kv cached) --tile_work--> (wide-, mid-, small-tile) key walks
-                                                      --tile_steps--> key-loop steps of its tiles
+  Tiling + a prefill chunk (q tokens over kv cached) --tile_walks--> (wide-, mid-, small-tile) key walks
+                                                      and the key-loop steps of its tiles (`tile_work`,
+                                                      `tile_steps`: either part alone)
   Tiling + the decodes of a batch --decode_span--> key slots the decode loops walk
 
 `pallas_kernels.reference.paged_attention_xla` runs a prefill chunk in tiles of `tile_q` query
@@ -75,52 +76,53 @@ class Tiling:
 DEFAULT_TILING = Tiling()
 
 
-def tile_work(t: Tiling, q: int, kv: int, new: int | None = None) -> tuple[float, float, float]:
-    """Key-query pairs a prefill chunk's tiles walk: (its t.tile_q-query tiles, its t.mid_tile_q-query
-    tile (at most one), its t.small_tile_q-query tiles over the rest). A tile ending at local token e steps
-    a block of keys at a time up to its causal frontier kv + min(e, new), over kv cached keys and
-    `new` keys written by the chunk itself (default q; fewer on a kvp group that holds only part of
-    the chunk). The block is t.prefill_block_keys, or the whole page table when that is narrower
-    (assumed just wide enough for this sequence: the smallest power-of-two bucket holding kv + new,
-    at least t.min_table_keys). A 16-token chunk over 300 keys walks one 32-query tile over two
-    whole blocks of the default tiling."""
-    new = q if new is None else new
-    block = min(t.prefill_block_keys, max(t.min_table_keys, 1 << max(kv + new - 1, 0).bit_length()))
-    def rows(size: int, lo: int, hi: int) -> int:  # tiles of `size` queries over tokens [lo, hi)
-        return sum(size * -(-(kv + min(end, new)) // block) for end in range(lo + size, hi + 1, size))
+def tile_walks(t: Tiling, q: int, kv: int, new: int | None = None) -> tuple[float, float, float, float]:
+    """A prefill chunk's tiles in one pass: (`tile_work`'s three pair counts, `tile_steps`). The
+    predictor needs both for every chunk it prices, so the tiles are walked once.
 
-    big, mid, small = t.tile_q, t.mid_tile_q, t.small_tile_q
-    split = q // big * big
-    mid_end = split + (q - split) // mid * mid
-    return (float(rows(big, 0, split) * block), float(rows(mid, split, mid_end) * block),
-            float(rows(small, mid_end, mid_end + -(-(q - mid_end) // small) * small) * block))
-
-
-def tile_steps(t: Tiling, q: int, kv: int, new: int | None = None) -> float:
-    """Key-loop steps a prefill chunk's tiles take (same tiles, blocks and page table as
-    `tile_work`): a tile steps once per key block up to its last row's frontier, except that a
-    narrow tile walks the whole blocks below its first row's frontier `*_key_splits` at a time
-    (not more than the page table holds) when there is at least one whole group, then the rest
-    of them one at a time. 128 tokens over 30,000 keys: one mid tile, 29 whole blocks of 1,024 in
-    7 groups of 4 + 1, then the diagonal block: 9 steps (the widest tile would take 30)."""
+    Pairs: a tile ending at local token e steps a block of keys at a time up to its causal frontier
+    kv + min(e, new), over kv cached keys and `new` keys written by the chunk itself (default q;
+    fewer on a kvp group that holds only part of the chunk). The block is t.prefill_block_keys, or
+    the whole page table when that is narrower (assumed just wide enough for this sequence: the
+    smallest power-of-two bucket holding kv + new, at least t.min_table_keys). Steps: once per
+    block, except that a narrow tile walks the whole blocks below its first row's frontier
+    `*_key_splits` at a time (not more than the page table holds) when at least one whole group
+    fits, then the rest of them one at a time."""
     new = q if new is None else new
     table = max(t.min_table_keys, 1 << max(kv + new - 1, 0).bit_length())
     block = min(t.prefill_block_keys, table)
 
-    def steps(size: int, splits: int, lo: int, hi: int) -> int:  # tiles of `size` queries over tokens [lo, hi)
+    def walk(size: int, splits: int, lo: int, hi: int) -> tuple[int, int]:  # tiles of `size` queries over [lo, hi)
         ks = max(1, min(splits, table // block))
-        n = 0
+        blocks = steps = 0
         for end in range(lo + size, hi + 1, size):
             total = -(-(kv + min(end, new)) // block)
             full = (kv + min(end - size + 1, new)) // block  # whole blocks below the first row's frontier
-            n += total - full + full // ks + full % ks if ks > 1 and full >= ks else total
-        return n
+            blocks += total
+            steps += total - full + full // ks + full % ks if ks > 1 and full >= ks else total
+        return size * blocks * block, steps
 
     big, mid, small = t.tile_q, t.mid_tile_q, t.small_tile_q
     split = q // big * big
     mid_end = split + (q - split) // mid * mid
-    return float(steps(big, 1, 0, split) + steps(mid, t.mid_key_splits, split, mid_end)
-                 + steps(small, t.small_key_splits, mid_end, mid_end + -(-(q - mid_end) // small) * small))
+    (b, sb), (m, sm), (n, sn) = (walk(big, 1, 0, split), walk(mid, t.mid_key_splits, split, mid_end),
+                                 walk(small, t.small_key_splits, mid_end, mid_end + -(-(q - mid_end) // small) * small))
+    return float(b), float(m), float(n), float(sb + sm + sn)
+
+
+def tile_work(t: Tiling, q: int, kv: int, new: int | None = None) -> tuple[float, float, float]:
+    """Key-query pairs a prefill chunk's tiles walk: (its t.tile_q-query tiles, its t.mid_tile_q-query
+    tile (at most one), its t.small_tile_q-query tiles over the rest); blocks and frontiers as in
+    `tile_walks`. A 16-token chunk over 300 keys walks one 32-query tile over two whole blocks of
+    the default tiling."""
+    return tile_walks(t, q, kv, new)[:3]
+
+
+def tile_steps(t: Tiling, q: int, kv: int, new: int | None = None) -> float:
+    """Key-loop steps a prefill chunk's tiles take (`tile_walks`). 128 tokens over 30,000 keys: one
+    mid tile, 29 whole blocks of 1,024 in 7 groups of 4 + 1, then the diagonal block: 9 steps (the
+    widest tile would take 30)."""
+    return tile_walks(t, q, kv, new)[3]
 
 
 def decode_span(t: Tiling, num_seqs: int, longest: tuple[int, int]) -> int:

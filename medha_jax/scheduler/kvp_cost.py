@@ -25,7 +25,7 @@ spread over several groups). Pure Python.
 from __future__ import annotations
 
 from medha_jax.kvp_layout import owner
-from medha_jax.scheduler.attention_tiling import tile_steps, tile_work, top_two
+from medha_jax.scheduler.attention_tiling import tile_walks, top_two
 from medha_jax.scheduler.predictor import BatchCost, RuntimePredictor
 
 
@@ -56,8 +56,7 @@ class KVPBatchCost:
             return (t, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 0) if own else None
         if q == 1 and kv > 0:
             return t, 0, 0, 1, c, e, 0.0, 0.0, 0.0, 0.0, c
-        return (t, q * c, q * (e - c), 0, 0, e, *tile_work(self.tiling, q, c, e - c), tile_steps(self.tiling, q, c, e - c),
-                0)
+        return t, q * c, q * (e - c), 0, 0, e, *tile_walks(self.tiling, q, c, e - c), 0
 
     def add(self, q: int, kv: int, h: int = 0) -> None:
         for g, cost in enumerate(self.groups):

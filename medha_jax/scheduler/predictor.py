@@ -56,7 +56,7 @@ import os
 import re
 from dataclasses import asdict, dataclass
 
-from medha_jax.scheduler.attention_tiling import DEFAULT_TILING, Tiling, decode_span, tile_steps, tile_work, top_two
+from medha_jax.scheduler.attention_tiling import DEFAULT_TILING, Tiling, decode_span, tile_walks, top_two
 from medha_jax.scheduler.nnls import nnls
 from medha_jax.scheduler.records import Composition
 
@@ -137,11 +137,11 @@ def feature_sums(comp: Composition, tiling: Tiling = DEFAULT_TILING) -> list[flo
             max_ctx = max(max_ctx, q + kv)
             chunk_kv += q * kv
             chunk_sq += q * q
-            b, m, s = tile_work(tiling, q, kv)
+            b, m, s, k = tile_walks(tiling, q, kv)
             tiles += b
             mid += m
             small += s
-            steps += tile_steps(tiling, q, kv)
+            steps += k
     return [1.0, tokens, chunk_kv, chunk_sq, decodes, decode_kv, tokens * tokens, tokens * max_ctx, tiles,
             decode_span(tiling, len(seqs), longest), small, mid, steps]
 
@@ -212,8 +212,7 @@ class RuntimePredictor:
         t = self.tiling
         if q == 1 and kv > 0:  # counted as a decode, exactly as predict_raw does
             return _linear_time(self._coef, t, 1, 0, 0, 1, kv, kv + 1, 0.0, 0.0, 0.0, 0.0, 1, (kv, 0))
-        return _linear_time(self._coef, t, q, q * kv, q * q, 0, 0, q + kv, *tile_work(t, q, kv), tile_steps(t, q, kv),
-                            1, (0, 0))
+        return _linear_time(self._coef, t, q, q * kv, q * q, 0, 0, q + kv, *tile_walks(t, q, kv), 1, (0, 0))
 
     # ---- online correction -----------------------------------------------------------------
     def observe(self, comp: Composition, measured: float) -> None:
@@ -392,11 +391,11 @@ class BatchCost:
             self.chunk_kv += q * kv
             self.chunk_sq += q * q
             if self.tiled:
-                b, m, s = tile_work(self.tiling, q, kv)
+                b, m, s, k = tile_walks(self.tiling, q, kv)
                 self.tiles += b
                 self.mid += m
                 self.small += s
-                self.steps += tile_steps(self.tiling, q, kv)
+                self.steps += k
 
     def add_decodes(self, n: int, kv_sum: int, kv_max: int = 0, kv_second: int = 0) -> None:
         """n decodes whose cached lengths sum to kv_sum, the longest kv_max, the next kv_second."""
@@ -440,7 +439,6 @@ class BatchCost:
         if q == 1 and kv > 0:
             return self._t(self.tokens + 1, self.chunk_kv, self.chunk_sq, self.decodes + 1, self.decode_kv + kv, ctx,
                            self.tiles, self.mid, self.small, self.steps, self.n + 1, top_two(self.longest, kv))
-        b, m, s = tile_work(self.tiling, q, kv) if self.tiled else (0.0, 0.0, 0.0)
-        k = tile_steps(self.tiling, q, kv) if self.tiled else 0.0
+        b, m, s, k = tile_walks(self.tiling, q, kv) if self.tiled else (0.0, 0.0, 0.0, 0.0)
         return self._t(self.tokens + q, self.chunk_kv + q * kv, self.chunk_sq + q * q, self.decodes, self.decode_kv,
                        ctx, self.tiles + b, self.mid + m, self.small + s, self.steps + k, self.n + 1, self.longest)
