@@ -23,8 +23,8 @@ Two implementations with the same signature:
   of 16 pages, a 128-token tile and 32-token tiles take what is left of a chunk, a tile stops at
   its own causal frontier, and the blocks below its first row's frontier skip the causal mask);
   decodes go together (one gathered block per sequence per step, up to the longest decode
-  frontier), except the longest when walking its keys alone in a one-query tile is less work
-  (`decode_alone`). No per-token KV gathers.
+  frontier: whole big blocks first, then small ones, `decode_big_pages`), except the longest when
+  walking its keys alone in a one-query tile is less work (`decode_alone`). No per-token KV gathers.
 """
 
 from __future__ import annotations
@@ -79,7 +79,8 @@ def paged_attention_reference(q, k_pages, v_pages, page_table, cu_q_lens, q_offs
 def paged_attention_xla(
     q, k_pages, v_pages, page_table, cu_q_lens, q_offsets, kv_lens, *, scale, block_pages: int | None = None,
     prefill_block_pages: int = 16, block_q: int | None = None, mid_block_q: int | None = None,
-    small_block_q: int | None = None, split_q: int | None = None, k_scales=None, v_scales=None,
+    small_block_q: int | None = None, split_q: int | None = None, decode_big_block_bytes: int | None = None,
+    k_scales=None, v_scales=None,
 ):
     """Online-softmax paged attention over blocks of pages (same contract as the reference).
 
@@ -92,7 +93,9 @@ def paged_attention_xla(
     128-query tile, not seven 32-query ones (each walking every key). Decodes (q_len == 1) run
     together, one gathered block of `block_pages` pages per sequence per step (default:
     XLA_DECODE_BLOCK_KEYS keys' worth, at least one page), up to the longest decode frontier,
-    unless the longest runs alone in a one-query tile (`decode_alone`: when that is less work). The
+    unless the longest runs alone in a one-query tile (`decode_alone`: when that is less work);
+    the whole big blocks below that frontier go first, `decode_big_pages` pages a step (sized by
+    `decode_big_block_bytes`, default XLA_DECODE_BIG_BLOCK_BYTES; 0: no big blocks). The
     defaults are the fastest measured on a CPU (`benchmarks/results/xla_attention_tiles_cpu.md`,
     `decode_block_keys_cpu_run1.md`, `xla_attention_ab_tiles256.md`): large tiles
     amortise each loop step's gather and bookkeeping (narrower tiles walk `key_splits` blocks per
@@ -129,7 +132,8 @@ def paged_attention_xla(
         lo = hi
     acc = tiles(1, jnp.zeros_like(pre_len), alone.astype(jnp.int32), acc)  # the decode walking alone: one query
     out_p, lse_p = acc[0][:T], acc[1][:T]
-    out_d, lse_d = _xla_decodes(qg, kv, _pad_table(page_table, bpd), cu_q_lens, jnp.where(alone, 0, lim_d), bpd)
+    big_d = decode_big_pages(S, P, page, KVH, Dh, bpd, decode_big_block_bytes)
+    out_d, lse_d = _xla_decodes(qg, kv, _pad_table(page_table, bpd), cu_q_lens, jnp.where(alone, 0, lim_d), bpd, big_d)
     real = jnp.arange(T) < cu_q_lens[S]
     pre = (real & ((q_len[seq] >= 2) | alone[seq]))[:, None, None]  # pre: bool[T, 1, 1], rows the tiles wrote
     dec = (real & (q_len[seq] == 1) & ~alone[seq])[:, None, None]
@@ -169,6 +173,7 @@ XLA_SMALL_BLOCK_Q = 32  # ... per tile over what the larger tiles leave (Tiling.
 XLA_SPLIT_Q = 512  # a prefill tile narrower than XLA_BLOCK_Q walks XLA_SPLIT_Q // its queries key blocks
 XLA_MAX_KEY_SPLITS = 8  # ... side by side, at most this many (`key_splits`)
 XLA_DECODE_BLOCK_KEYS = 64  # keys per block of the decode loop, in whole pages (Tiling.decode_block_keys)
+XLA_DECODE_BIG_BLOCK_BYTES = 4 << 20  # float32 key bytes a big decode block gathers over all sequence slots
 
 
 def key_splits(size: int, split_q: int | None = None, block_q: int | None = None) -> int:
@@ -318,30 +323,57 @@ def decode_alone(lim, block_d: int, block_t: int):
     return (jnp.arange(S) == first_i) & (first > 0) & (apart < S * walk(first, block_d))
 
 
-def _xla_decodes(qg, kv: _Pages, table, cu_q_lens, lim, bp):
+def decode_big_pages(slots: int, table_pages: int, page: int, kv_heads: int, head_dim: int, small_pages: int,
+                     block_bytes: int | None = None) -> int:
+    """Pages per big block of the decode loop: as many whole small blocks (`small_pages`) as keep one
+    step's gathered float32 keys over all `slots` sequence slots within `block_bytes` (default
+    XLA_DECODE_BIG_BLOCK_BYTES), at most the page table's width; `small_pages` when no more fit
+    (then there are no big blocks). On a 2-core AVX-512 Xeon the tick ran 16 decodes at 4K keys in
+    0.77x the time of 64-key blocks alone, 4 at 2K in 0.85x and 64 at 2K in 0.85x, while blocks past
+    ~16 MB of keys a step ran slower than small ones (`benchmarks/results/decode_big_blocks_cpu.md`)."""
+    block_bytes = XLA_DECODE_BIG_BLOCK_BYTES if block_bytes is None else block_bytes
+    per_page = slots * page * kv_heads * head_dim * 4
+    big = min(block_bytes // per_page, table_pages) // small_pages * small_pages
+    return max(big, small_pages)
+
+
+def _xla_decodes(qg, kv: _Pages, table, cu_q_lens, lim, bp, big_bp):
     """The decodes, all at once: lim i32[S], keys each sequence's decode sees (0: none) -> per
-    sequence (f32[S, KVH, G, Dh], f32[S, KVH, G])."""
+    sequence (f32[S, KVH, G, Dh], f32[S, KVH, G]). The whole blocks of `big_bp` pages below the
+    longest frontier go a big block a step, the rest `bp` pages a step (big_bp: a multiple of bp):
+    each loop step's ops have a fixed cost that a 64-key step over few sequences pays many times,
+    while the keys past the frontier are walked in small blocks, so big blocks add no work."""
     T, KVH, G, Dh = qg.shape
     S = lim.shape[0]
     block = bp * kv.page
     qd = qg[jnp.clip(cu_q_lens[:-1], 0, T - 1)]  # qd: f32[S, KVH, G, Dh]
 
-    def block_step(b, c):
-        cols = jax.lax.dynamic_slice_in_dim(table, b * bp, bp, axis=1)  # cols: i32[S, bp]
-        k, v, ks, vs = kv.block(cols)  # k, v: f32[S, block, KVH, Dh]; ks, vs: f32[S, block, KVH] or None
-        sc = jnp.sum(k[:, :, :, None, :] * qd[:, None], axis=-1)  # sc: f32[S, block, KVH, G]
+    def block_step(n_pages, b, c):  # block b of n_pages pages
+        cols = jax.lax.dynamic_slice_in_dim(table, b * n_pages, n_pages, axis=1)  # cols: i32[S, n_pages]
+        k, v, ks, vs = kv.block(cols)  # k, v: f32[S, J, KVH, Dh]; ks, vs: f32[S, J, KVH] or None
+        sc = jnp.sum(k[:, :, :, None, :] * qd[:, None], axis=-1)  # sc: f32[S, J, KVH, G]
         if ks is not None:
             sc = sc * ks[..., None]
-        sc = sc.transpose(0, 2, 3, 1)  # sc: f32[S, KVH, G, block]
-        mask = (b * block + jnp.arange(block))[None, :] < lim[:, None]  # mask: bool[S, block]
+        sc = sc.transpose(0, 2, 3, 1)  # sc: f32[S, KVH, G, J]
+        keys = n_pages * kv.page
+        mask = (b * keys + jnp.arange(keys))[None, :] < lim[:, None]  # mask: bool[S, J]
 
-        def pv(p):  # p: f32[S, KVH, G, block] -> f32[S, KVH, G, Dh]
-            pj = p.transpose(0, 3, 1, 2)  # pj: f32[S, block, KVH, G]
+        def pv(p):  # p: f32[S, KVH, G, J] -> f32[S, KVH, G, Dh]
+            pj = p.transpose(0, 3, 1, 2)  # pj: f32[S, J, KVH, G]
             if vs is not None:
                 pj = pj * vs[..., None]
             return jnp.sum(pj[..., None] * v[:, :, :, None, :], axis=1)
         return _online_step(c, sc, mask[:, None, None, :], pv)
 
-    c0 = (jnp.full((S, KVH, G), NEG_INF, jnp.float32), jnp.zeros((S, KVH, G), jnp.float32),
-          jnp.zeros((S, KVH, G, Dh), jnp.float32))
-    return _finish(*jax.lax.fori_loop(0, (jnp.max(lim) + block - 1) // block, block_step, c0))
+    c = (jnp.full((S, KVH, G), NEG_INF, jnp.float32), jnp.zeros((S, KVH, G), jnp.float32),
+         jnp.zeros((S, KVH, G, Dh), jnp.float32))
+    hi = jnp.max(lim)
+    first = 0
+    if big_bp > bp:
+        n_big = hi // (big_bp * kv.page)  # whole big blocks, all below the longest frontier
+        # under a cond: XLA:CPU starts a loop's first step ahead of the loop, so a big loop that
+        # takes no step would still gather and score a big block (16 decodes at 544 keys: 1.8x)
+        c = jax.lax.cond(n_big > 0, lambda c: jax.lax.fori_loop(0, n_big, functools.partial(block_step, big_bp), c),
+                         lambda c: c, c)
+        first = n_big * (big_bp // bp)
+    return _finish(*jax.lax.fori_loop(first, (hi + block - 1) // block, functools.partial(block_step, bp), c))

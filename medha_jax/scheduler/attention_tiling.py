@@ -10,7 +10,9 @@
 tokens, then at most one tile of `mid_tile_q`, then tiles of `small_tile_q` over what is left; each
 tile steps over a block of keys at a time up to its own causal frontier. Decodes run together:
 every sequence slot of the batch's bucket steps one block at a time up to the longest decode
-(or the second longest, when the longest walks alone in a one-query tile: `decode_span`). How
+(or the second longest, when the longest walks alone in a one-query tile: `decode_span`); the
+whole big blocks below that frontier go first (`reference.decode_big_pages`), whole multiples of the
+small block, so the keys walked are the small blocks' and only the cost per key differs. How
 many keys a block holds and how many slots a bucket has depend on the engine's page size and
 smallest buckets, which is why these are parameters and not constants: a profile measured with
 64-token pages and a 16-slot sequence bucket walks 4x larger blocks and never fewer than 16 slots

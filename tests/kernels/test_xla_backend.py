@@ -73,6 +73,26 @@ def test_the_longest_decode_walks_alone(make_batch, Seq, check, run):
     assert not ref.decode_alone(jnp.zeros(4, jnp.int32), 64, 128).any()  # no decodes
 
 
+@pytest.mark.parametrize("budget", [0, 24 * 1024, 48 * 1024, None, 1 << 30],
+                         ids=["off", "one-small-block", "two-small-blocks", "default", "whole-table"])
+def test_decodes_walk_whole_big_blocks_then_small_ones(make_batch, Seq, check, run, budget):
+    """Decodes in 6 slots x 2 KV heads x 32 dims x 8-key pages (12 KB of keys a page over all slots)
+    with 2-page small blocks: a 24 KB budget fits one small block (no big blocks), 48 KB a big block
+    of 4 pages, the default and 1 GB the 13-page table rounded down to whole small blocks (12).
+    Lengths below, at and past the block edges, a decode of no keys and a prefill chunk: the outputs
+    are the reference's whatever the budget."""
+    batch = [Seq(1, 15), Seq(1, 16), Seq(1, 31), Seq(1, 97), Seq(1, 0), Seq(9, 40)]
+    args = make_batch(batch, H=8, KVH=2, Dh=32, page=8, cols=13)
+    check(run(paged_attention_xla, args, block_pages=2, decode_big_block_bytes=budget),
+          run(paged_attention_reference, args), jnp.float32)
+    assert [ref.decode_big_pages(6, 13, 8, 2, 32, 2, b) for b in (0, 24 * 1024, 48 * 1024, 1 << 30)] == [2, 2, 4, 12]
+    assert ref.decode_big_pages(6, 13, 8, 2, 32, 2) == 12  # the default budget
+    # the offline job's decodes (16 slots, 2 KV heads x 64 dims, 16-key pages, a 64-page table): 512-key
+    # big blocks; 64 slots: 128 keys
+    assert ref.decode_big_pages(16, 64, 16, 2, 64, 4) * 16 == 512
+    assert ref.decode_big_pages(64, 64, 16, 2, 64, 4) * 16 == 128
+
+
 @pytest.mark.parametrize("split_q", [1, None, 1024], ids=["off", "default", "wide"])
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["f32", "bf16"])
 def test_narrow_tiles_walk_key_blocks_side_by_side(make_batch, Seq, check, run, split_q, dtype):
