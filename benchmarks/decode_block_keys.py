@@ -28,12 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from dummy_models import LLAMA_31M  # noqa: E402
 from results_io import provenance, run_info, write_results  # noqa: E402
-from tick_batches import PAGE, compared_row, comparison_table, time_ticks  # noqa: E402
+from tick_batches import PAGE, compare_batches, comparison_table, per_layer_params  # noqa: E402
 
 from medha_jax.checkpoint.hf_config import parse_hf_config  # noqa: E402
-from medha_jax.mesh import make_mesh  # noqa: E402
-from medha_jax.model import sharding  # noqa: E402
-from medha_jax.model.init import init_params  # noqa: E402
 from pallas_kernels.reference import paged_attention_xla  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -52,17 +49,9 @@ def main(argv=None) -> int:
         ap.error(f"--block-keys {args.block_keys}: every width must be a positive multiple of the page ({PAGE})")
     load_before = os.getloadavg()
     cfg = parse_hf_config(LLAMA_31M)
-    mesh = make_mesh({"tp": 1}, devices=jax.devices()[:1])
-    params = sharding.unstack_layers(init_params(cfg, mesh, seed=0), cfg, mesh)
+    mesh, params = per_layer_params(cfg)
     programs = {k: (params, functools.partial(paged_attention_xla, block_pages=k // PAGE), True) for k in widths}
-    rows = []
-    for spec in args.batches.split(","):
-        res = time_ticks(programs, spec, cfg, mesh, args.rounds, reps=10 if spec[0] == "d" else 2)
-        rows.append(compared_row(spec, res, widths))
-        med, first = rows[-1]["median_ms"], widths[0]
-        print(f"{spec}: " + ", ".join(f"{k} keys {med[str(k)]:.2f} ms ({med[str(k)] / med[str(first)]:.2f}x)"
-                                      for k in widths),
-              flush=True)
+    rows = compare_batches(programs, widths, args.batches, cfg, mesh, args.rounds, lambda k: f"{k} keys")
     platform = jax.devices()[0].platform
     report = dict(run_info("decode_block_keys.py", argv, load_before), device=str(jax.devices()[0].device_kind),
                   config=LLAMA_31M, rounds=args.rounds, block_keys=widths, rows=rows)

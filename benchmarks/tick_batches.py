@@ -2,10 +2,11 @@
 (`pipeline_step.make_step`).
 
   spec "dN" / "dN@C" / "pN" / "pN@C" --tick_batch--> (stacked ModelInputs, feed_index, prev_tokens, pages)
+  model config --per_layer_params--> (mesh, params as one CPU stage runs them)
   {name: (params, attention_fn, per_layer)} + a batch --time_ticks--> per program: compile seconds,
       first logits, ms a tick in each of `rounds` interleaved rounds (KV cache donated and carried)
       --compared_row--> medians, each over the first program's, logits' largest difference from its
-      --comparison_table--> the results file's table
+      --comparison_table--> the results file's table   (`compare_batches`: every batch of a list, printed)
 
 dN: N decoding sequences, one token each at C positions of context (default 544, the offline
 job's middle), each sequence on its own run of pages; pN: one N-token prefill chunk at position 0,
@@ -83,6 +84,32 @@ def time_ticks(programs: dict, spec: str, cfg, mesh, rounds: int, reps: int, pag
             out.block_until_ready()
             res[name]["ms"].append((time.perf_counter() - t0) / reps * 1e3)
     return res
+
+
+def per_layer_params(cfg):
+    """The benchmark model's seeded random params on one device as the executor runs them on one CPU
+    stage (per-layer buffers) -> (mesh, params)."""
+    from medha_jax.mesh import make_mesh
+    from medha_jax.model import sharding
+    from medha_jax.model.init import init_params
+
+    mesh = make_mesh({"tp": 1}, devices=jax.devices()[:1])
+    return mesh, sharding.unstack_layers(init_params(cfg, mesh, seed=0), cfg, mesh)
+
+
+def compare_batches(programs: dict, names: list, batches: str, cfg, mesh, rounds: int, label, prefill_reps: int = 2,
+                    page: int = PAGE) -> list[dict]:
+    """Every batch of the comma-separated `batches` timed over every program (`time_ticks`; 10 calls a
+    round for decodes, `prefill_reps` for a prefill chunk) -> the report's rows (`compared_row`),
+    each printed as it is measured; label(name): a program's name in the printed line."""
+    rows = []
+    for spec in batches.split(","):
+        res = time_ticks(programs, spec, cfg, mesh, rounds, reps=10 if spec[0] == "d" else prefill_reps, page=page)
+        rows.append(compared_row(spec, res, names))
+        med, first = rows[-1]["median_ms"], str(names[0])
+        print(f"{spec}: " + ", ".join(f"{label(n)} {med[str(n)]:.2f} ms ({med[str(n)] / med[first]:.2f}x)"
+                                      for n in names), flush=True)
+    return rows
 
 
 def compared_row(spec: str, res: dict, names: list) -> dict:

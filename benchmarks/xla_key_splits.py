@@ -31,13 +31,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from dummy_models import LLAMA_31M  # noqa: E402
 from results_io import provenance, run_info, write_results  # noqa: E402
-from tick_batches import compared_row, comparison_table, time_ticks  # noqa: E402
+from tick_batches import compare_batches, comparison_table, per_layer_params  # noqa: E402
 
 from medha_jax.checkpoint.hf_config import parse_hf_config  # noqa: E402
 from medha_jax.demo_model import DEMO_CONFIG  # noqa: E402
-from medha_jax.mesh import make_mesh  # noqa: E402
-from medha_jax.model import sharding  # noqa: E402
-from medha_jax.model.init import init_params  # noqa: E402
 from pallas_kernels.reference import XLA_SPLIT_Q, key_splits, paged_attention_xla, tile_sizes  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -65,17 +62,10 @@ def main(argv=None) -> int:
         ap.error(f"--split-q {args.split_q}: every value must be >= 1")
     load_before = os.getloadavg()
     cfg = MODELS[args.model]()
-    mesh = make_mesh({"tp": 1}, devices=jax.devices()[:1])
-    params = sharding.unstack_layers(init_params(cfg, mesh, seed=0), cfg, mesh)
+    mesh, params = per_layer_params(cfg)
     programs = {v: (params, functools.partial(paged_attention_xla, split_q=v), True) for v in splits}
-    rows = []
-    for spec in args.batches.split(","):
-        res = time_ticks(programs, spec, cfg, mesh, args.rounds, reps=3 if spec[0] == "p" else 10, page=args.page)
-        rows.append(compared_row(spec, res, splits))
-        med, first = rows[-1]["median_ms"], str(splits[0])
-        print(f"{spec}: " + ", ".join(f"split_q {v} {med[str(v)]:.2f} ms ({med[str(v)] / med[first]:.2f}x)"
-                                      for v in splits),
-              flush=True)
+    rows = compare_batches(programs, splits, args.batches, cfg, mesh, args.rounds, lambda v: f"split_q {v}",
+                           prefill_reps=3, page=args.page)
     platform = jax.devices()[0].platform
     per_tile = {str(v): {str(t): key_splits(t, v) for t in tile_sizes()} for v in splits}
     report = dict(run_info("xla_key_splits.py", argv, load_before), device=str(jax.devices()[0].device_kind),
