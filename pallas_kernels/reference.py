@@ -328,9 +328,10 @@ def decode_big_pages(slots: int, table_pages: int, page: int, kv_heads: int, hea
     """Pages per big block of the decode loop: as many whole small blocks (`small_pages`) as keep one
     step's gathered float32 keys over all `slots` sequence slots within `block_bytes` (default
     XLA_DECODE_BIG_BLOCK_BYTES), at most the page table's width; `small_pages` when no more fit
-    (then there are no big blocks). On a 2-core AVX-512 Xeon the tick ran 16 decodes at 4K keys in
-    0.77x the time of 64-key blocks alone, 4 at 2K in 0.85x and 64 at 2K in 0.85x, while blocks past
-    ~16 MB of keys a step ran slower than small ones (`benchmarks/results/decode_big_blocks_cpu.md`)."""
+    (then there are no big blocks). On a 2-core AVX-512 Xeon the engine's tick ran 16 decodes at 4K
+    keys in 0.74x the time of 64-key blocks alone, 16 at 544 keys in 0.86-0.94x and 64 at 2K in 0.93x
+    (`benchmarks/results/decode_big_blocks_cpu.md`); blocks of 32-64 MB a step ran 1.07-1.28x slower than 64-key ones,
+    and 8 MB gives 16 slots 1,024-key blocks, which the offline job's ~550-key decodes never fill."""
     block_bytes = XLA_DECODE_BIG_BLOCK_BYTES if block_bytes is None else block_bytes
     per_page = slots * page * kv_heads * head_dim * 4
     big = min(block_bytes // per_page, table_pages) // small_pages * small_pages
