@@ -23,13 +23,10 @@ import os
 import sys
 from pathlib import Path
 
-import jax
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from dummy_models import LLAMA_31M  # noqa: E402
-from results_io import provenance, run_info, write_results  # noqa: E402
-from tick_batches import PAGE, compare_batches, comparison_table, per_layer_params  # noqa: E402
+from tick_batches import PAGE, compare_batches, per_layer_params, write_comparison  # noqa: E402
 
 from medha_jax.checkpoint.hf_config import parse_hf_config  # noqa: E402
 from pallas_kernels.reference import paged_attention_xla  # noqa: E402
@@ -62,20 +59,18 @@ def main(argv=None) -> int:
     mesh, params = per_layer_params(cfg)
     programs = {b: (params, functools.partial(paged_attention_xla, decode_big_block_bytes=int(b * (1 << 20))), True)
                 for b in budgets}
-    rows = compare_batches(programs, budgets, args.batches, cfg, mesh, args.rounds, lambda b: f"{b:g} MB")
-    platform = jax.devices()[0].platform
-    report = dict(run_info("decode_big_blocks.py", argv, load_before), device=str(jax.devices()[0].device_kind),
-                  config=LLAMA_31M, rounds=args.rounds, budgets_mb=budgets, rows=rows)
-    lines = [f"# The tick with the decode loop's big key blocks at {', '.join(f'{b:g}' for b in budgets)} MB "
-             f"(XLA:{platform.upper()}, {report['device']})", "",
-             f"{provenance(report)} The 31M benchmark Llama (8 layers, D 512, F 1536, GQA 8:2, vocab 8192), float32, "
-             f"one device, per-layer weight buffers, the engine's tick program (`make_step`, XLA paged attention, "
-             f"pages of {PAGE}, 64-key small decode blocks) with big decode blocks sized by each budget (0 MB: "
-             f"none). dN@C: N decodes at C positions of context (544 when not given), in the smallest sequence "
-             f"bucket holding N (at least 4 slots); pN: one N-token prefill chunk (the decode loop does not "
-             f"apply). Median of {args.rounds} interleaved rounds; time and logits compared with the first budget.", ""]
-    lines += comparison_table(rows, budgets, lambda b: f"{b:g} MB")
-    write_results(args.out, args.name or f"decode_big_blocks_{platform}", report, lines)
+    label = lambda b: f"{b:g} MB"  # noqa: E731
+    rows = compare_batches(programs, budgets, args.batches, cfg, mesh, args.rounds, label)
+    write_comparison(
+        args.out, args.name or "decode_big_blocks_{platform}", "decode_big_blocks.py", argv, load_before, rows, budgets,
+        label, f"The tick with the decode loop's big key blocks at {', '.join(f'{b:g}' for b in budgets)} MB",
+        "The 31M benchmark Llama (8 layers, D 512, F 1536, GQA 8:2, vocab 8192), float32, "
+        f"one device, per-layer weight buffers, the engine's tick program (`make_step`, XLA paged attention, "
+        f"pages of {PAGE}, 64-key small decode blocks) with big decode blocks sized by each budget (0 MB: "
+        f"none). dN@C: N decodes at C positions of context (544 when not given), in the smallest sequence "
+        f"bucket holding N (at least 4 slots); pN: one N-token prefill chunk (the decode loop does not "
+        f"apply). Median of {args.rounds} interleaved rounds; time and logits compared with the first budget.",
+        config=LLAMA_31M, rounds=args.rounds, budgets_mb=budgets)
     return 0
 
 

@@ -22,13 +22,10 @@ import os
 import sys
 from pathlib import Path
 
-import jax
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from dummy_models import LLAMA_31M  # noqa: E402
-from results_io import provenance, run_info, write_results  # noqa: E402
-from tick_batches import PAGE, compare_batches, comparison_table, per_layer_params  # noqa: E402
+from tick_batches import PAGE, compare_batches, per_layer_params, write_comparison  # noqa: E402
 
 from medha_jax.checkpoint.hf_config import parse_hf_config  # noqa: E402
 from pallas_kernels.reference import paged_attention_xla  # noqa: E402
@@ -51,19 +48,17 @@ def main(argv=None) -> int:
     cfg = parse_hf_config(LLAMA_31M)
     mesh, params = per_layer_params(cfg)
     programs = {k: (params, functools.partial(paged_attention_xla, block_pages=k // PAGE), True) for k in widths}
-    rows = compare_batches(programs, widths, args.batches, cfg, mesh, args.rounds, lambda k: f"{k} keys")
-    platform = jax.devices()[0].platform
-    report = dict(run_info("decode_block_keys.py", argv, load_before), device=str(jax.devices()[0].device_kind),
-                  config=LLAMA_31M, rounds=args.rounds, block_keys=widths, rows=rows)
-    lines = [f"# The tick with decode key blocks of {', '.join(map(str, widths))} keys (XLA:{platform.upper()}, "
-             f"{report['device']})", "",
-             f"{provenance(report)} The 31M benchmark Llama (8 layers, D 512, F 1536, GQA 8:2, vocab 8192), float32, "
-             f"one device, per-layer weight buffers, the engine's tick program (`make_step`, XLA paged attention, "
-             f"pages of {PAGE}) with the decode loop's key block at each width. dN@C: N decodes at C positions of "
-             f"context (544 when not given); pN: one N-token prefill chunk (the decode block does not apply). "
-             f"Median of {args.rounds} interleaved rounds; time and logits compared with the first width.", ""]
-    lines += comparison_table(rows, widths, lambda k: f"{k} keys")
-    write_results(args.out, args.name or f"decode_block_keys_{platform}", report, lines)
+    label = lambda k: f"{k} keys"  # noqa: E731
+    rows = compare_batches(programs, widths, args.batches, cfg, mesh, args.rounds, label)
+    write_comparison(
+        args.out, args.name or "decode_block_keys_{platform}", "decode_block_keys.py", argv, load_before, rows, widths,
+        label, f"The tick with decode key blocks of {', '.join(map(str, widths))} keys",
+        "The 31M benchmark Llama (8 layers, D 512, F 1536, GQA 8:2, vocab 8192), float32, "
+        f"one device, per-layer weight buffers, the engine's tick program (`make_step`, XLA paged attention, "
+        f"pages of {PAGE}) with the decode loop's key block at each width. dN@C: N decodes at C positions of "
+        f"context (544 when not given); pN: one N-token prefill chunk (the decode block does not apply). "
+        f"Median of {args.rounds} interleaved rounds; time and logits compared with the first width.",
+        config=LLAMA_31M, rounds=args.rounds, block_keys=widths)
     return 0
 
 

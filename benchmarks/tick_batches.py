@@ -6,7 +6,8 @@
   {name: (params, attention_fn, per_layer)} + a batch --time_ticks--> per program: compile seconds,
       first logits, ms a tick in each of `rounds` interleaved rounds (KV cache donated and carried)
       --compared_row--> medians, each over the first program's, logits' largest difference from its
-      --comparison_table--> the results file's table   (`compare_batches`: every batch of a list, printed)
+      --comparison_table--> the results file's table   (`compare_batches`: every batch of a list, printed;
+                                                         `write_comparison`: the report with it, written)
 
 dN: N decoding sequences, one token each at C positions of context (default 544, the offline
 job's middle), each sequence on its own run of pages; pN: one N-token prefill chunk at position 0,
@@ -28,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from medha_jax.model import init_kv_cache, make_inputs
+from results_io import provenance, run_info, write_results
 from medha_jax.model.pipeline_step import make_step
 
 PAGE, CONTEXT = 16, 544
@@ -110,6 +112,18 @@ def compare_batches(programs: dict, names: list, batches: str, cfg, mesh, rounds
         print(f"{spec}: " + ", ".join(f"{label(n)} {med[str(n)]:.2f} ms ({med[str(n)] / med[first]:.2f}x)"
                                       for n in names), flush=True)
     return rows
+
+
+def write_comparison(out, name: str, script: str, argv, load_before, rows: list[dict], names: list, label,
+                     title: str, description: str, **fields) -> None:
+    """compare_batches' rows -> results/NAME.json (run info, the device, `fields`, the rows) and NAME.md
+    (`# {title} (XLA:PLATFORM, device)`, the provenance line and `description`, the comparison table);
+    name may hold `{platform}`."""
+    platform = jax.devices()[0].platform
+    report = dict(run_info(script, argv, load_before), device=str(jax.devices()[0].device_kind), **fields, rows=rows)
+    lines = [f"# {title} (XLA:{platform.upper()}, {report['device']})", "", f"{provenance(report)} {description}", ""]
+    lines += comparison_table(rows, names, label)
+    write_results(out, name.format(platform=platform), report, lines)
 
 
 def compared_row(spec: str, res: dict, names: list) -> dict:

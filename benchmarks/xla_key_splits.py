@@ -25,13 +25,10 @@ import os
 import sys
 from pathlib import Path
 
-import jax
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from dummy_models import LLAMA_31M  # noqa: E402
-from results_io import provenance, run_info, write_results  # noqa: E402
-from tick_batches import compare_batches, comparison_table, per_layer_params  # noqa: E402
+from tick_batches import compare_batches, per_layer_params, write_comparison  # noqa: E402
 
 from medha_jax.checkpoint.hf_config import parse_hf_config  # noqa: E402
 from medha_jax.demo_model import DEMO_CONFIG  # noqa: E402
@@ -64,23 +61,21 @@ def main(argv=None) -> int:
     cfg = MODELS[args.model]()
     mesh, params = per_layer_params(cfg)
     programs = {v: (params, functools.partial(paged_attention_xla, split_q=v), True) for v in splits}
-    rows = compare_batches(programs, splits, args.batches, cfg, mesh, args.rounds, lambda v: f"split_q {v}",
-                           prefill_reps=3, page=args.page)
-    platform = jax.devices()[0].platform
+    label = lambda v: f"split_q {v}"  # noqa: E731
+    rows = compare_batches(programs, splits, args.batches, cfg, mesh, args.rounds, label, prefill_reps=3,
+                           page=args.page)
     per_tile = {str(v): {str(t): key_splits(t, v) for t in tile_sizes()} for v in splits}
-    report = dict(run_info("xla_key_splits.py", argv, load_before), device=str(jax.devices()[0].device_kind),
-                  model=args.model, page=args.page, rounds=args.rounds, split_q=splits, key_splits=per_tile, rows=rows)
-    lines = [f"# The tick with the XLA prefill tiles' key splits (split_q {', '.join(map(str, splits))}; "
-             f"XLA:{platform.upper()}, {report['device']})", "",
-             f"{provenance(report)} Model `{args.model}` (random float32 weights, one device, per-layer buffers), "
-             f"pages of {args.page} tokens, the engine's tick program (`make_step`, XLA paged attention). Key blocks "
-             "a tile walks per step, by tile size: "
-             + "; ".join(f"split_q {v}: " + ", ".join(f"{t}-query {k}" for t, k in per_tile[str(v)].items())
-                         for v in splits)
-             + f". pN@C: one N-token prefill chunk after C cached tokens; dN: N decodes. Median of {args.rounds} "
-             "interleaved rounds; time and logits compared with the first program.", ""]
-    lines += comparison_table(rows, splits, lambda v: f"split_q {v}")
-    write_results(args.out, args.name or f"xla_key_splits_{args.model}_{platform}", report, lines)
+    write_comparison(
+        args.out, args.name or f"xla_key_splits_{args.model}_{{platform}}", "xla_key_splits.py", argv, load_before,
+        rows, splits, label, f"The tick with the XLA prefill tiles' key splits, split_q {', '.join(map(str, splits))}",
+        f"Model `{args.model}` (random float32 weights, one device, per-layer buffers), "
+        f"pages of {args.page} tokens, the engine's tick program (`make_step`, XLA paged attention). Key blocks "
+        "a tile walks per step, by tile size: "
+        + "; ".join(f"split_q {v}: " + ", ".join(f"{t}-query {k}" for t, k in per_tile[str(v)].items())
+                    for v in splits)
+        + f". pN@C: one N-token prefill chunk after C cached tokens; dN: N decodes. Median of {args.rounds} "
+        "interleaved rounds; time and logits compared with the first program.",
+        model=args.model, page=args.page, rounds=args.rounds, split_q=splits, key_splits=per_tile)
     return 0
 
 
