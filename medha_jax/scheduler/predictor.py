@@ -77,8 +77,8 @@ at 1.21-1.27x the 256-query one per query at 8K-30K keys, where the engine's tic
 1.03x-0.98x (`benchmarks/xla_key_splits.py`); tied, 0.98-1.05x of the tick's times, at about the
 same held-out error (10.8% vs 10.0% on that profile's 125 samples)."""
 PROFILE_FORMAT = "medha-jax-runtime-profile"
-PROFILE_VERSION = 9
-"""Bumped whenever a feature's meaning changes (2: tile_kv counts 128-query tiles, was 32; 3: the
+PROFILE_VERSION = 10
+"""Bumped whenever a feature's meaning, or how its samples are timed, changes (2: tile_kv counts 128-query tiles, was 32; 3: the
 32-query tiles are small_tile_kv, and the tiling is the engine's, stored in the profile; 4: tile_kv
 counts 256-query tiles and at most one 128-query tile a chunk; 5: decode_span lets the longest
 decode walk alone; 6: the 128-query tile is mid_tile_kv, tile_kv counts 256-query tiles only; 7: the
@@ -86,7 +86,10 @@ decode walk alone; 6: the 128-query tile is mid_tile_kv, tile_kv counts 256-quer
 coefficients ~0.9x and ~0.7x of version 6's on a CPU, so a version-6 profile overprices them; 8: tile_steps
 counts the prefill tiles' key-loop steps, `attention_tiling.tile_steps`, and the three tile kinds'
 pairs share one coefficient; 9: decodes walk their whole big blocks first, `reference.decode_big_pages`:
-the same key slots at 0.74-0.94x the time where big blocks fit, so a version-8 profile overprices them)."""
+the same key slots at 0.74-0.94x the time where big blocks fit, so a version-8 profile overprices them; 10:
+the same features, measured with a settle run before each timed run of an iteration under 0.25 s,
+`runtime_profiler.SETTLE_BELOW`: a version-9 profile timed small iterations after whatever ran before them,
+up to 4x their own cost, and its held-out error was 16.6% on the convoy's engine, 9.9% measured again)."""
 
 
 class StaleProfileError(ValueError):
