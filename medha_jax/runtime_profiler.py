@@ -112,7 +112,14 @@ so they are timed once each."""
 
 def measure(executor, comps: Iterable[Composition], *, vocab_size: int, repeats: int = 3,
             progress: bool = True, seed: int = 0) -> list[tuple[Composition, float]]:
-    """Median seconds per composition. Every composition runs once untimed first (compiles and
+    """Median seconds per composition of `measure_all`'s timings."""
+    return [(c, statistics.median(ts)) for c, ts in measure_all(executor, comps, vocab_size=vocab_size,
+                                                                 repeats=repeats, progress=progress, seed=seed)]
+
+
+def measure_all(executor, comps: Iterable[Composition], *, vocab_size: int, repeats: int = 3,
+                progress: bool = True, seed: int = 0) -> list[tuple[Composition, list[float]]]:
+    """Seconds of each timed run per composition, in round order. Every composition runs once untimed first (compiles and
     warms its bucket), then `repeats` rounds each time every composition once in a shuffled
     order: noise that lasts a while (another process, a frequency change, memory settling after
     a compile) spreads over all compositions instead of biasing the few timed during it. A
@@ -155,7 +162,7 @@ def measure(executor, comps: Iterable[Composition], *, vocab_size: int, repeats:
                 bar.update()
     if bar is not None:
         bar.close()
-    return [(c, statistics.median(ts)) for c, ts in zip(comps, times)]
+    return list(zip(comps, times))
 
 
 def _tick_time(executor, batch) -> float:
