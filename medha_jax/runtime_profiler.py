@@ -100,14 +100,16 @@ def synthetic_batch(comp: Composition, page_size: int, group_pages: int, vocab_s
 
 
 SETTLE_BELOW = 0.25
-"""Seconds under which a composition runs once untimed before each timed run (`measure`). On the
-2-core VM a 4 ms decode iteration timed right after a 1 s prefill chunk took 11-15 ms, and 4.9-5.5
-ms after one run of its own first (back to back alone: 3.6-4.0 ms); in the convoy's profile grid,
-timed in a shuffled order, an iteration under 20 ms that followed one over 1 s ran at a median
-4.2x its fastest time, and the profile's held-out error was mostly that (`measure`'s two halves of
-seven repeats, median of each, disagreed by 20% on average, 43% on decode-only iterations). An
-iteration over 0.25 s pays the same ~10 ms as a few percent, and those dominate the profile's time,
-so they are timed once each."""
+"""Seconds under which a composition runs once untimed before each timed run (`measure_all`). On the
+2-core VM one small decode iteration (2 decodes at 256 keys, the convoy's engine) took 14.5 ms right
+after a 2K-token chunk over 16K keys, 4.7 ms after that chunk and one run of its own, 5.0 ms back to
+back (`benchmarks/results/profile_settle_cpu.md`). Timed in the shuffled order alone, the convoy
+grid's iterations under 20 ms that followed one over 1 s ran at a median 3.5x their fastest time,
+the median of the first half of seven repeats disagreed with the second half's by 15.7% on average
+(30.6% on decode-only iterations), and the profile's held-out error was 13.4-13.9%; settled: 1.35x,
+6.8% (9.1%), 9.1-9.5%. An iteration over 0.25 s pays the same ~10 ms as a few percent, and those
+dominate the profile's time, so they are timed once per round (the grid took 471 s, 439 s without
+settling)."""
 
 
 def measure(executor, comps: Iterable[Composition], *, vocab_size: int, repeats: int = 3,
@@ -119,10 +121,10 @@ def measure(executor, comps: Iterable[Composition], *, vocab_size: int, repeats:
 
 def measure_all(executor, comps: Iterable[Composition], *, vocab_size: int, repeats: int = 3,
                 progress: bool = True, seed: int = 0) -> list[tuple[Composition, list[float]]]:
-    """Seconds of each timed run per composition, in round order. Every composition runs once untimed first (compiles and
-    warms its bucket), then `repeats` rounds each time every composition once in a shuffled
-    order: noise that lasts a while (another process, a frequency change, memory settling after
-    a compile) spreads over all compositions instead of biasing the few timed during it. A
+    """Seconds of each timed run per composition, in round order. Every composition runs once untimed
+    first (compiles and warms its bucket), then `repeats` rounds each time every composition once in
+    a shuffled order: noise that lasts a while (another process, a frequency change, memory settling
+    after a compile) spreads over all compositions instead of biasing the few timed during it. A
     composition that ran under SETTLE_BELOW seconds in the first pass runs once more, untimed, just
     before each timed run, so the timed run pays for its own work and not for what the composition
     before it left behind (`SETTLE_BELOW` says how much that was)."""

@@ -78,18 +78,19 @@ at 1.21-1.27x the 256-query one per query at 8K-30K keys, where the engine's tic
 same held-out error (10.8% vs 10.0% on that profile's 125 samples)."""
 PROFILE_FORMAT = "medha-jax-runtime-profile"
 PROFILE_VERSION = 10
-"""Bumped whenever a feature's meaning, or how its samples are timed, changes (2: tile_kv counts 128-query tiles, was 32; 3: the
-32-query tiles are small_tile_kv, and the tiling is the engine's, stored in the profile; 4: tile_kv
-counts 256-query tiles and at most one 128-query tile a chunk; 5: decode_span lets the longest
-decode walk alone; 6: the 128-query tile is mid_tile_kv, tile_kv counts 256-query tiles only; 7: the
-128- and 32-query tiles walk key blocks side by side, `reference.key_splits`: the same pairs, their
-coefficients ~0.9x and ~0.7x of version 6's on a CPU, so a version-6 profile overprices them; 8: tile_steps
-counts the prefill tiles' key-loop steps, `attention_tiling.tile_steps`, and the three tile kinds'
-pairs share one coefficient; 9: decodes walk their whole big blocks first, `reference.decode_big_pages`:
-the same key slots at 0.74-0.94x the time where big blocks fit, so a version-8 profile overprices them; 10:
-the same features, measured with a settle run before each timed run of an iteration under 0.25 s,
-`runtime_profiler.SETTLE_BELOW`: a version-9 profile timed small iterations after whatever ran before them,
-up to 4x their own cost, and its held-out error was 16.6% on the convoy's engine, 9.9% measured again)."""
+"""Bumped whenever a feature's meaning, or how its samples are timed, changes (2: tile_kv counts 128-query
+tiles, was 32; 3: the 32-query tiles are small_tile_kv, and the tiling is the engine's, stored in the
+profile; 4: tile_kv counts 256-query tiles and at most one 128-query tile a chunk; 5: decode_span lets
+the longest decode walk alone; 6: the 128-query tile is mid_tile_kv, tile_kv counts 256-query tiles
+only; 7: the 128- and 32-query tiles walk key blocks side by side, `reference.key_splits`: the same
+pairs, their coefficients ~0.9x and ~0.7x of version 6's on a CPU, so a version-6 profile overprices
+them; 8: tile_steps counts the prefill tiles' key-loop steps, `attention_tiling.tile_steps`, and the
+three tile kinds' pairs share one coefficient; 9: decodes walk their whole big blocks first,
+`reference.decode_big_pages`: the same key slots at 0.74-0.94x the time where big blocks fit, so a
+version-8 profile overprices them; 10: the same features, measured with a settle run before each timed
+run of an iteration under 0.25 s, `runtime_profiler.SETTLE_BELOW`: a version-9 profile timed small
+iterations after whatever ran before them, up to 4x their own cost: 13.4-16.6% held-out error on the
+convoy's engine, 9.1-9.5% settled)."""
 
 
 class StaleProfileError(ValueError):
