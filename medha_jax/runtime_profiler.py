@@ -4,8 +4,9 @@
     -> synthetic StepInput over scratch pages of the (idle) KV cache
     -> each composition's own bucket compiled (part of start-up, not counted as a serving compile)
     -> Executor.execute (the same compiled step that serves): one warm-up pass, then `repeats`
-       shuffled rounds over every composition, median per composition (with a stream pipeline:
-       steady-state ticks, every stage holding the composition)
+       shuffled rounds over every composition, each small one timed right after an untimed run of
+       its own (SETTLE_BELOW), median per composition (`measure`; every timing: `measure_all`; with
+       a stream pipeline: steady-state ticks, every stage holding the composition)
     -> samples [(Composition, seconds)] -> RuntimePredictor.fit with the executor's attention
        tiling (page size, smallest buckets); held-out MAPE by 5-fold cross-validation
     -> profile JSON keyed by (model, mesh, dtype, device), holding the tiling it was measured with
