@@ -22,9 +22,7 @@ machine and its load.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
-import random
 import statistics
 import sys
 import time
@@ -36,6 +34,7 @@ import convoy  # noqa: E402
 from results_io import provenance, run_info, write_results  # noqa: E402
 
 from medha_jax import runtime_profiler as rp  # noqa: E402
+from medha_jax.profile import parser as profile_flags, profiling_parts  # noqa: E402
 from medha_jax.scheduler import Composition  # noqa: E402
 from medha_jax.scheduler.predictor import RuntimePredictor, has_prefill  # noqa: E402
 
@@ -43,36 +42,14 @@ RESULTS = Path(__file__).resolve().parent / "results"
 SMALL, BIG = 0.02, 1.0  # seconds: "a small iteration after a big one"
 
 
-def build_executor(smoke: bool):
-    """The convoy's engine parts (fcfs, nothing compiled: measure compiles each composition's bucket);
-    smoke: its `--smoke` shapes (128-token contexts)."""
-    from medha_jax.cli_args import add_dataclass_args, dataclass_from_args
-    from medha_jax.config import EngineConfig
-    from medha_jax.engine_builder import build_engine_parts
-    from medha_jax.scheduler import SchedulerConfig
-
+def build_parts(smoke: bool):
+    """The engine `python -m medha_jax.profile` measures on, with the convoy's shapes
+    (`profile.profiling_parts`); smoke: its `--smoke` shapes (128-token contexts)."""
     shapes = convoy.engine_shapes(vars(convoy.parse_args(["--smoke"] if smoke else [])))
     flags = ["--model", "demo", "--num-devices", "1", "--no-background-compile",
              *(a for k, v in shapes.items() for a in (f"--{k.replace('_', '-')}", str(v)))]
-    ap = argparse.ArgumentParser()
-    add_dataclass_args(ap, EngineConfig, "engine")
-    add_dataclass_args(ap, SchedulerConfig, "scheduler")
-    ns = ap.parse_args(flags)
-    ecfg = dataclasses.replace(dataclass_from_args(EngineConfig, ns), warmup=False)
-    scfg = dataclasses.replace(dataclass_from_args(SchedulerConfig, ns), policy="fcfs")
-    parts = build_engine_parts(ecfg, scfg)
+    _, parts = profiling_parts(profile_flags().parse_args(flags))
     return parts, " ".join(flags)
-
-
-def timing_order(n: int, rounds: int, seed: int = 0) -> list[tuple[int, int]]:
-    """(round, composition) in the order `measure_all` runs them (its shuffle, same seed)."""
-    rng = random.Random(seed)
-    out = []
-    for rnd in range(rounds):
-        order = list(range(n))
-        rng.shuffle(order)
-        out += [(rnd, i) for i in order]
-    return out
 
 
 def summarize(timed: list[tuple[Composition, list[float]]], tiling, repeats: int) -> dict:
@@ -94,9 +71,9 @@ def summarize(timed: list[tuple[Composition, list[float]]], tiling, repeats: int
                          decode_only=statistics.fmean(e for e, p in halves if not p),
                          worst=max(e for e, _ in halves))
     fastest = [min(ts) for _, ts in timed]
-    order = timing_order(len(timed), 1 + repeats)
+    order = [(rnd, i) for rnd, o in enumerate(rp.round_orders(len(timed), 1 + repeats)) for i in o]
     after_big = []
-    for (prnd, p), (rnd, i) in zip(order, order[1:]):
+    for (_, p), (rnd, i) in zip(order, order[1:]):
         if rnd and fastest[i] < SMALL and fastest[p] >= BIG:
             after_big.append(timed[i][1][rnd - 1] / fastest[i])
     out["small_after_big"] = dict(n=len(after_big), median=statistics.median(after_big) if after_big else None)
@@ -144,7 +121,7 @@ def main(argv=None) -> int:
     if ns.repeats < 4:
         ap.error("--repeats must be at least 4 (the noise floor compares two halves)")
     load_before = os.getloadavg()
-    parts, flags = build_executor(ns.smoke)
+    parts, flags = build_parts(ns.smoke)
     ex = parts.executor
     vocab = parts.model_config.vocab_size
     max_kv = rp.profile_max_kv(ex, parts.max_model_len)

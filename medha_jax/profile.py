@@ -22,19 +22,32 @@ from medha_jax.scheduler.attention_tiling import Tiling
 from medha_jax.scheduler.predictor import profile_path
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The command's flags: the engine's and the scheduler's (as serve/LLM take them), --repeats, --quick."""
     ap = argparse.ArgumentParser(prog="python -m medha_jax.profile", description=__doc__.split("\n")[0])
     add_dataclass_args(ap, EngineConfig, "engine")
     add_dataclass_args(ap, SchedulerConfig, "scheduler")
     ap.add_argument("--repeats", type=int, default=3, help="timed runs per composition (the median is kept)")
     ap.add_argument("--quick", action="store_true", help="a third of the grid (what start-up profiling uses)")
-    ns = ap.parse_args(argv)
-    ecfg = dataclasses.replace(dataclass_from_args(EngineConfig, ns), warmup=False)  # measure compiles its buckets
+    return ap
+
+
+def profiling_parts(ns: argparse.Namespace):
+    """(EngineConfig, engine parts) to measure on, from `parser()`'s flags: nothing compiled (measure
+    compiles each composition's bucket) and fcfs (no predictor to load or measure)."""
+    from medha_jax.engine_builder import build_engine_parts
+
+    ecfg = dataclasses.replace(dataclass_from_args(EngineConfig, ns), warmup=False)
     scfg = dataclasses.replace(dataclass_from_args(SchedulerConfig, ns), policy="fcfs")
+    return ecfg, build_engine_parts(ecfg, scfg)
 
-    from medha_jax.engine_builder import build_engine_parts, profile_key_for
 
-    parts = build_engine_parts(ecfg, scfg)
+def main(argv: list[str] | None = None) -> int:
+    ns = parser().parse_args(argv)
+    ecfg, parts = profiling_parts(ns)
+
+    from medha_jax.engine_builder import profile_key_for
+
     ex = parts.executor
     comps = composition_grid(ex.ladders.tokens[-1], ex.ladders.seqs[-1],
                              profile_max_kv(ex, parts.max_model_len), quick=ns.quick)

@@ -150,10 +150,7 @@ def measure_all(executor, comps: Iterable[Composition], *, vocab_size: int, repe
 
     first = [0.0] * len(comps)
     times: list[list[float]] = [[] for _ in comps]
-    rng = random.Random(seed)
-    for rnd in range(1 + repeats):  # round 0: compile and warm, not kept
-        order = list(range(len(comps)))
-        rng.shuffle(order)
+    for rnd, order in enumerate(round_orders(len(comps), 1 + repeats, seed)):  # round 0: warm, not kept
         for i in order:
             if rnd == 0:
                 first[i] = run(i)
@@ -166,6 +163,17 @@ def measure_all(executor, comps: Iterable[Composition], *, vocab_size: int, repe
     if bar is not None:
         bar.close()
     return list(zip(comps, times))
+
+
+def round_orders(n: int, rounds: int, seed: int = 0) -> list[list[int]]:
+    """The order `measure_all` runs n compositions in, round by round (a seeded shuffle per round)."""
+    rng = random.Random(seed)
+    orders = []
+    for _ in range(rounds):
+        order = list(range(n))
+        rng.shuffle(order)
+        orders.append(order)
+    return orders
 
 
 def _tick_time(executor, batch) -> float:
