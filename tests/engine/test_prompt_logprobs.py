@@ -90,7 +90,8 @@ def test_scored_prompts_preempted_after_their_first_token_recompute_and_finish(t
     stopped offering such a partial recompute (neither waiting nor a first-token prefill), and
     the engine spun with nothing to run; every request must finish."""
     llm = LLM(model="demo", mesh="tp=1", num_devices=1, num_pages=96, page_size=16, max_model_len=256,
-              max_num_batched_tokens=64, max_num_seqs=16, warmup=False, profile_dir=str(tmp_path))
+              max_num_batched_tokens=64, max_num_seqs=16, min_token_bucket=64, min_seq_bucket=16, warmup=False,
+              profile_dir=str(tmp_path))  # one token and one sequence bucket, as in _llm
     sps = [SamplingParams(max_tokens=120, temperature=1.0, seed=j, ignore_eos=True, prompt_logprobs=20)
            for j in range(16)]
     outs = llm.generate(["stall " * 20] * 16, sps)

@@ -17,7 +17,8 @@ from medha_jax.runtime_profiler import get_predictor
 from medha_jax.scheduler.predictor import PROFILE_VERSION
 
 KW = dict(model="demo", scheduler="fcfs", num_devices=1, max_model_len=256, num_pages=64, page_size=16,
-          max_num_batched_tokens=64, max_num_seqs=8, min_token_bucket=16, min_page_bucket=4)
+          max_num_batched_tokens=64, max_num_seqs=8, min_token_bucket=32, min_page_bucket=8)
+# 2 x 2 x 2 = 8 buckets: enough that most ticks pad into a larger one, few enough to compile quickly
 PROMPTS = [bytes(range(40, 40 + n)).decode("latin-1") for n in (3, 17, 60, 120, 1, 90)]
 GREEDY = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
 
