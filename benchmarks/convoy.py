@@ -70,7 +70,8 @@ for p in (str(ROOT), str(HERE)):
         sys.path.insert(0, p)
 
 from convoy_client import MetricsPoller, RequestSpec, ServerProcess, cpu_probe, generate_once, run_workload  # noqa: E402
-from convoy_report import markdown_table, plot_ttft_cdf, plot_ttft_over_time, summarize, text_table  # noqa: E402
+from convoy_report import (markdown_table, paired_percentile_diff, plot_ttft_cdf, plot_ttft_over_time,  # noqa: E402
+                           short_ttfts, summarize, text_table)
 
 from medha_jax.scheduler.config import TIME_BUDGET_POLICIES, SchedulerConfig  # noqa: E402
 from medha_jax.scheduler.iteration_trace import trace_stats  # noqa: E402
@@ -504,7 +505,8 @@ def rerender(ns) -> int:
         if rec.get("busy_timeline"):
             rec["busy_windows"] = busy_windows(rec["busy_timeline"], runs[p])
     summaries = {p: report["configs"][p]["summary"] for p in sorted(runs, key=_order)}
-    report["criteria"] = criteria(summaries, round_long_completions(report))
+    report["criteria"] = criteria(summaries, round_long_completions(report),
+                                  {p: rec["requests"] for p, rec in report["configs"].items()})
     if ns.out == parse_args([]).out:
         ns.out = os.path.dirname(os.path.abspath(ns.from_json))
     if ns.name == "convoy":
@@ -603,7 +605,8 @@ def main(argv=None) -> int:
     # 5: results
     report["total_wall_s"] = round(time.monotonic() - t_start, 1)
     summaries = {p: report["configs"][p]["summary"] for p in sorted(runs, key=_order)}
-    report["criteria"] = criteria(summaries, round_long_completions(report))
+    report["criteria"] = criteria(summaries, round_long_completions(report),
+                                  {p: rec["requests"] for p, rec in report["configs"].items()})
     write_results(ns, report, runs, summaries, choice)
     print()
     print(text_table(summaries))
@@ -643,12 +646,15 @@ def round_long_completions(report: dict) -> dict[str, list]:
             for p, rec in report["configs"].items() if rec.get("rounds")}
 
 
-def criteria(summaries: dict[str, dict], round_longs: dict[str, list] | None = None) -> dict:
+def criteria(summaries: dict[str, dict], round_longs: dict[str, list] | None = None,
+             requests: dict[str, list] | None = None) -> dict:
     """The default policy against fcfs_nonchunked (convoy: >= 10x lower short P99 TTFT, long request
     within 1.3x) and against edf (short P99 TTFT and misses no worse). With rounds on both sides
     (`round_longs`), the long request's ratio is the median of each round's own ratio: the VM's
     speed drifts by 20-30% over a run, and a baseline measured once, at the start, would be
-    compared with rounds run at another speed."""
+    compared with rounds run at another speed. With the pooled requests (`requests`: results JSON
+    entries per configuration), the short P99 gap to edf also gets a 95% paired-bootstrap interval
+    (`convoy_report.paired_percentile_diff`); the verdict stays the strict comparison."""
     base, dflt, edf = summaries.get("fcfs_nonchunked"), summaries.get(DEFAULT_POLICY), summaries.get("edf")
     if not dflt:
         return {}
@@ -671,8 +677,12 @@ def criteria(summaries: dict[str, dict], round_longs: dict[str, list] | None = N
             out["long_completion_within_1_3x"] = out["long_completion_ratio"] <= 1.3
     if edf and edf is not dflt:
         e99, em, dm = edf["short"]["ttft_p99_s"], edf["short"]["deadline_misses"], dflt["short"]["deadline_misses"]
-        out.update(short_p99_ttft_edf_s=e99, short_misses_edf=em, short_misses_default=dm,
+        out.update(short_p99_ttft_default_s=d99, short_p99_ttft_edf_s=e99, short_misses_edf=em, short_misses_default=dm,
                    no_worse_than_edf=bool(d99 is not None and e99 is not None and d99 <= e99 and dm <= em))
+        if requests and requests.get(DEFAULT_POLICY) and requests.get("edf"):
+            gap = paired_percentile_diff(short_ttfts(requests[DEFAULT_POLICY]), short_ttfts(requests["edf"]))
+            if gap is not None:
+                out["short_p99_ttft_minus_edf_s"], *out["short_p99_ttft_minus_edf_ci95_s"] = gap
     return out
 
 
@@ -695,9 +705,15 @@ def criteria_lines(c: dict) -> list[str]:
                      f"{c['long_completion_fcfs_nonchunked_s']:.1f} s = {c['long_completion_ratio']:.2f}x "
                      f"(target <= 1.3x: {'met' if c['long_completion_within_1_3x'] else 'NOT met'})")
     if "no_worse_than_edf" in c:
-        lines.append(f"vs edf: short P99 TTFT {c['short_p99_ttft_default_s']:.2f} s vs {c['short_p99_ttft_edf_s']:.2f} s, "
+        lines.append(f"vs edf: short P99 TTFT {c['short_p99_ttft_default_s']:.3f} s vs {c['short_p99_ttft_edf_s']:.3f} s, "
                      f"short misses {c['short_misses_default']} vs {c['short_misses_edf']} "
                      f"(target: no worse: {'met' if c['no_worse_than_edf'] else 'NOT met'})")
+    if "short_p99_ttft_minus_edf_ci95_s" in c:
+        lo, hi = c["short_p99_ttft_minus_edf_ci95_s"]
+        verdict = ("within the noise of these requests" if lo <= 0 <= hi
+                   else f"{p} {'faster' if hi < 0 else 'slower'} beyond it")
+        lines.append(f"  {p} - edf short P99 TTFT: {1e3 * c['short_p99_ttft_minus_edf_s']:+.1f} ms, 95% paired-bootstrap "
+                     f"interval [{1e3 * lo:+.1f}, {1e3 * hi:+.1f}] ms over the short requests both served: {verdict}")
     return lines
 
 

@@ -4,12 +4,15 @@
                                  throughput, deadline misses per class, the long request's TTFT and
                                  completion time, errors
   {config: summary} --table--> fixed-width text (printed) / markdown
+  two configurations' request lists (same workload) --paired_percentile_diff--> the difference of a TTFT
+      percentile over the requests both served, with a 95% paired-bootstrap interval: is a gap noise?
   {config: [RequestResult]} --plot_ttft_over_time / plot_ttft_cdf--> PNG (matplotlib, Agg)
 """
 
 from __future__ import annotations
 
 import math
+import random
 
 
 def percentile(values, q: float) -> float | None:
@@ -23,6 +26,37 @@ def percentile(values, q: float) -> float | None:
     lo = math.floor(pos)
     hi = min(lo + 1, len(xs) - 1)
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def short_ttfts(requests: list[dict]) -> dict[tuple[str, int], float]:
+    """A configuration's pooled requests (results JSON entries, rounds one after the other) -> the
+    short requests' TTFTs keyed by (request id, its occurrence: the round), those with a first token."""
+    seen: dict[str, int] = {}
+    out = {}
+    for q in requests:
+        n = seen[q["request_id"]] = seen.get(q["request_id"], -1) + 1
+        if q["kind"] == "short" and q.get("ttft_s") is not None:
+            out[(q["request_id"], n)] = q["ttft_s"]
+    return out
+
+
+def paired_percentile_diff(a: dict, b: dict, q: float = 99, reps: int = 2000, seed: int = 0):
+    """a, b: {request key: value} of one workload under two configurations -> (percentile q of a's
+    values less b's, over the keys both have; the 2.5th and 97.5th percentiles of that difference
+    over `reps` resamples of the keys with replacement, the same keys for both): the interval a gap
+    between the two configurations' percentiles has to leave before it says more than which
+    requests happened to land in the tail. None without shared keys."""
+    keys = sorted(set(a) & set(b))
+    if not keys:
+        return None
+    xa, xb = [a[k] for k in keys], [b[k] for k in keys]
+    rng, n = random.Random(seed), len(keys)
+    diffs = []
+    for _ in range(reps):
+        idx = [rng.randrange(n) for _ in range(n)]
+        diffs.append(percentile([xa[i] for i in idx], q) - percentile([xb[i] for i in idx], q))
+    diffs.sort()
+    return percentile(xa, q) - percentile(xb, q), diffs[int(0.025 * reps)], diffs[int(0.975 * reps) - 1]
 
 
 def summarize(results) -> dict:

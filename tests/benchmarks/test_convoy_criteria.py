@@ -50,3 +50,37 @@ def test_token_cap_is_sarathis_for_token_budget_policies_and_the_engines_for_tim
     assert cap("slo") == "2048" and cap("fcfs") == "512"
     assert "Token cap 512 for every policy." == convoy.cap_line({"max_num_batched_tokens": 512})  # older runs
     assert "2048 for the time-budget" in convoy.cap_line(vars(ns))
+
+
+def _requests(ttfts, kind="short"):
+    """Results-JSON entries of one configuration: two rounds of the same request ids."""
+    return [{"request_id": f"r{i % (len(ttfts) // 2)}", "kind": kind, "ttft_s": t} for i, t in enumerate(ttfts)]
+
+
+def test_the_edf_gap_gets_a_paired_bootstrap_interval_and_the_verdict_stays_strict():
+    import random
+
+    from convoy_report import paired_percentile_diff, short_ttfts
+
+    rng = random.Random(1)
+    base = [rng.lognormvariate(-2.0, 0.5) for _ in range(400)]
+    keys = short_ttfts(_requests(base))
+    assert len(keys) == 400 and ("r0", 1) in keys  # the second round's r0 is its own request
+    assert short_ttfts(_requests(base, kind="long")) == {}
+
+    # every request 5 ms slower: the gap is certain, which only pairing the same requests can show
+    gap, lo, hi = paired_percentile_diff(short_ttfts(_requests([t + 0.005 for t in base])), keys)
+    assert gap == pytest.approx(0.005) and lo == pytest.approx(0.005) and hi == pytest.approx(0.005)
+    # the same TTFTs dealt to other requests: the P99 is equal, the tail requests differ
+    shuffled = base[:]
+    rng.shuffle(shuffled)
+    gap, lo, hi = paired_percentile_diff(short_ttfts(_requests(shuffled)), keys)
+    assert gap == pytest.approx(0.0) and lo < 0 < hi
+
+    summaries = {"slo": _summary(30.0, p99=0.3245), "edf": _summary(30.0, p99=0.3227)}
+    requests = {"slo": _requests([t + 1e-4 for t in shuffled]), "edf": _requests(base)}
+    c = convoy.criteria(summaries, None, requests)
+    assert not c["no_worse_than_edf"]  # 1.8 ms behind: the strict verdict
+    lo, hi = c["short_p99_ttft_minus_edf_ci95_s"]
+    assert lo < 0 < hi
+    assert "within the noise" in convoy.criteria_lines(c)[-1]
