@@ -14,7 +14,7 @@ from medha_jax.executor.device_timeline import HOST_PHASES, recording
 from medha_jax.executor.executor import compile_events
 
 KW = dict(scheduler="fcfs", mesh="tp=2", num_devices=2, max_model_len=256, num_pages=64, page_size=16,
-          max_num_batched_tokens=64, max_num_seqs=8, min_token_bucket=16, min_page_bucket=8)
+          max_num_batched_tokens=64, max_num_seqs=8, min_token_bucket=32, min_page_bucket=8)  # 8 buckets
 
 
 @pytest.fixture(scope="module")
