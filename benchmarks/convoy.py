@@ -70,8 +70,8 @@ for p in (str(ROOT), str(HERE)):
         sys.path.insert(0, p)
 
 from convoy_client import MetricsPoller, RequestSpec, ServerProcess, cpu_probe, generate_once, run_workload  # noqa: E402
-from convoy_report import (markdown_table, paired_percentile_diff, plot_ttft_cdf, plot_ttft_over_time,  # noqa: E402
-                           short_ttfts, summarize, text_table)
+from convoy_report import (gap_reading, markdown_table, paired_percentile_diff, plot_ttft_cdf,  # noqa: E402
+                           plot_ttft_over_time, short_ttfts, summarize, text_table)
 
 from medha_jax.scheduler.config import TIME_BUDGET_POLICIES, SchedulerConfig  # noqa: E402
 from medha_jax.scheduler.iteration_trace import trace_stats  # noqa: E402
@@ -710,10 +710,9 @@ def criteria_lines(c: dict) -> list[str]:
                      f"(target: no worse: {'met' if c['no_worse_than_edf'] else 'NOT met'})")
     if "short_p99_ttft_minus_edf_ci95_s" in c:
         lo, hi = c["short_p99_ttft_minus_edf_ci95_s"]
-        verdict = ("within the noise of these requests" if lo <= 0 <= hi
-                   else f"{p} {'faster' if hi < 0 else 'slower'} beyond it")
         lines.append(f"  {p} - edf short P99 TTFT: {1e3 * c['short_p99_ttft_minus_edf_s']:+.1f} ms, 95% paired-bootstrap "
-                     f"interval [{1e3 * lo:+.1f}, {1e3 * hi:+.1f}] ms over the short requests both served: {verdict}")
+                     f"interval [{1e3 * lo:+.1f}, {1e3 * hi:+.1f}] ms over the short requests both served: "
+                     f"{gap_reading(lo, hi, p)}")
     return lines
 
 

@@ -6,10 +6,11 @@
 Data flow: convoy results JSON (`benchmarks/convoy.py`: each configuration's pooled requests, the
 same workload for all) -> per run, in the order they started: both policies' short P99 TTFT and misses,
 the P99 gap with its 95% paired-bootstrap interval over the short requests both served
-(`convoy_report.paired_percentile_diff`: the same request in the same round is one pair) and the
-reading (noise: the interval holds 0) -> results/NAME.json/.md (default convoy_p99_gaps). The
-convoy's "no worse than edf" verdict compares the two P99s strictly; this says which of those
-verdicts a different draw of the tail could have turned.
+(`convoy.criteria` -> `convoy_report.paired_percentile_diff`: the same request in the same round
+is one pair), the reading (noise: the interval holds 0) and the convoy's own strict verdict ->
+results/NAME.json/.md (default convoy_p99_gaps). The convoy's "no worse than edf" verdict compares
+the two P99s strictly; this says which of those verdicts a different draw of the tail could have
+turned.
 """
 
 from __future__ import annotations
@@ -21,31 +22,32 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from convoy import DEFAULT_POLICY  # noqa: E402
-from convoy_report import paired_percentile_diff, short_ttfts  # noqa: E402
+from convoy import DEFAULT_POLICY, criteria  # noqa: E402
+from convoy_report import gap_reading  # noqa: E402
 from results_io import provenance, run_info, write_results  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def gap_row(path: Path, policy: str = DEFAULT_POLICY) -> dict | None:
-    """One convoy results file -> its row, or None without both policies' requests."""
+def gap_row(path: Path) -> dict | None:
+    """One convoy results file -> its row (`convoy.criteria` on its pooled requests), or None
+    without both policies' requests."""
     data = json.loads(path.read_text())
     configs = data.get("configs")
     if not isinstance(configs, dict):  # other benchmarks' files named convoy_* (token caps, replays)
         return None
-    mine, edf = configs.get(policy), configs.get("edf")
-    if not mine or not edf or "requests" not in mine or "requests" not in edf:
+    pair = {p: configs[p] for p in (DEFAULT_POLICY, "edf") if "requests" in configs.get(p, {})}
+    if len(pair) < 2:
         return None
-    gap = paired_percentile_diff(short_ttfts(mine["requests"]), short_ttfts(edf["requests"]))
-    if gap is None:
+    c = criteria({p: rec["summary"] for p, rec in pair.items()}, None,
+                 {p: rec["requests"] for p, rec in pair.items()})
+    if "short_p99_ttft_minus_edf_ci95_s" not in c:
         return None
-    d, lo, hi = gap
-    s, e = mine["summary"]["short"], edf["summary"]["short"]
-    reading = "noise" if lo <= 0 <= hi else (f"{policy} faster" if hi < 0 else f"{policy} slower")
-    return dict(run=path.stem, started=data.get("started", ""), p99=s["ttft_p99_s"], misses=s["deadline_misses"], edf_p99=e["ttft_p99_s"],
-                edf_misses=e["deadline_misses"], shorts=s["count"], gap_s=d, ci95_s=[lo, hi], reading=reading,
-                strict_met=s["ttft_p99_s"] <= e["ttft_p99_s"] and s["deadline_misses"] <= e["deadline_misses"])
+    lo, hi = c["short_p99_ttft_minus_edf_ci95_s"]
+    return dict(run=path.stem, started=data.get("started", ""), shorts=pair["edf"]["summary"]["short"]["count"],
+                p99=c["short_p99_ttft_default_s"], misses=c["short_misses_default"], edf_p99=c["short_p99_ttft_edf_s"],
+                edf_misses=c["short_misses_edf"], gap_s=c["short_p99_ttft_minus_edf_s"], ci95_s=[lo, hi],
+                reading=gap_reading(lo, hi, DEFAULT_POLICY), strict_met=c["no_worse_than_edf"])
 
 
 def main(argv=None) -> int:

@@ -59,6 +59,12 @@ def paired_percentile_diff(a: dict, b: dict, q: float = 99, reps: int = 2000, se
     return percentile(xa, q) - percentile(xb, q), diffs[int(0.025 * reps)], diffs[int(0.975 * reps) - 1]
 
 
+def gap_reading(lo: float, hi: float, name: str) -> str:
+    """A paired interval of `name`'s percentile less the other's -> 'noise' (it holds 0), or which
+    way the gap goes beyond it."""
+    return "noise" if lo <= 0 <= hi else f"{name} {'faster' if hi < 0 else 'slower'}"
+
+
 def summarize(results) -> dict:
     ok = [r for r in results if r.error is None and r.finish_s is not None]
     out: dict = {"num_requests": len(results), "num_completed": len(ok),
