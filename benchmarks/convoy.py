@@ -490,18 +490,21 @@ def engine_stats(before: dict, after: dict, wall_s: float) -> dict:
 
 # ---- main ------------------------------------------------------------------------------------------
 def rerender(ns) -> int:
-    """Table, busy fractions, .md and plots again from a results JSON (same name, beside it unless --out)."""
+    """Table, busy fractions, .md and plots again from a results JSON (same name, beside it unless --out).
+    As in the run: the summaries pool every round's requests; the busy fractions (the first round's
+    timeline) and the plots take the first round's."""
     from convoy_client import RequestResult
 
     with open(ns.from_json) as f:
         report = json.load(f)
     runs = {}
     for p, rec in report["configs"].items():
-        runs[p] = [RequestResult(**{k: v for k, v in q.items() if k not in ("ttft_s", "tpot_s", "e2e_s")})
-                   for q in rec["requests"]]
-        rec["summary"] = summarize(runs[p])
-        rec["requests"] = [r.to_json() for r in runs[p]]
+        pooled = [RequestResult(**{k: v for k, v in q.items() if k not in ("ttft_s", "tpot_s", "e2e_s")})
+                  for q in rec["requests"]]
+        rec["summary"] = summarize(pooled)
+        rec["requests"] = [r.to_json() for r in pooled]
         _median_long_completion(rec)
+        runs[p] = pooled[:len(pooled) // max(1, len(rec.get("rounds") or ()))]  # rounds one after the other
         if rec.get("busy_timeline"):
             rec["busy_windows"] = busy_windows(rec["busy_timeline"], runs[p])
     summaries = {p: report["configs"][p]["summary"] for p in sorted(runs, key=_order)}
