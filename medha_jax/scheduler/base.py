@@ -70,7 +70,7 @@ from medha_jax.request import Request, RequestStatus
 from medha_jax.scheduler.config import SchedulerConfig
 from medha_jax.scheduler.iteration_trace import IterationTrace
 from medha_jax.scheduler.kvp_cost import predict_pairs
-from medha_jax.scheduler.predictor import has_prefill
+from medha_jax.scheduler.predictor import IDLE_GAP, has_prefill
 from medha_jax.scheduler.records import Composition, IterationLog, IterationRecord
 from medha_jax.scheduler.stops import at_length, is_special, stop_status
 
@@ -145,6 +145,7 @@ class Scheduler:
         one by one."""
         self._matched: list[Request] = []  # waiting requests offered a cached prefix this pass
         self.records = IterationLog(config.max_records)
+        self._last_end: float | None = None  # when the last recorded iteration ended
         self.trace = IterationTrace(config.iteration_trace) if config.iteration_trace else None
         self.num_preemptions = 0
         self._tpot_targets: dict[float, int] = {}  # live per-request TPOT targets -> how many
@@ -348,13 +349,17 @@ class Scheduler:
             self.record(batch, now, measured_time)
 
     def record(self, batch: ScheduledBatch, now: float, measured_time: float | None) -> None:
-        """The iteration's record (predicted vs measured); the predictor learns from the pair."""
+        """The iteration's record (predicted vs measured); the predictor learns from the pair unless
+        the iteration started more than IDLE_GAP after the last one ended."""
         if batch.is_empty:
             return
         self._ended(batch, now)
         comp = Composition.from_batch(batch)
         self.records.append(IterationRecord(comp, batch.predicted_time, measured_time, now))
-        if self.predictor is not None and measured_time is not None and batch.predicted_time:
+        last, self._last_end = self._last_end, now
+        # after an idle gap the device starts slow, which back-to-back iterations do not pay (IDLE_GAP)
+        after_idle = measured_time is not None and last is not None and now - measured_time - last > IDLE_GAP
+        if self.predictor is not None and measured_time is not None and batch.predicted_time and not after_idle:
             if self.kv.kvp == 1:
                 self.predictor.observe(comp, measured_time)
             else:  # the slowest kvp group's raw prediction

@@ -41,6 +41,9 @@ correction by up to 45%, and the chunks of the ~40 iterations after it were 20-4
 the budget allowed; following the spell's speed instead (chunks cut to fit the budget at the slow
 speed) cleared the queue of prefills slower than the overrunning iterations did
 (`benchmarks/transient_slowdown.py`: 2.3x the missed deadlines; leaving spells out: 0.15-1.0x).
+An iteration that starts more than IDLE_GAP after the last one ended is recorded but not averaged
+in: a device's slow start after idle (1.15-1.25x on the 2-core VM) is not what back-to-back
+iterations, a long prompt's chunks among them, pay.
 `slowdown` is how much slower than raw predictions prefill work runs right now: the larger of
 `correction` and `correction` times how far off the last iteration with a prefill chunk ran, so
 that a slow spell shows at its first such iteration (decode-only ones, a few ms of host jitter, do
@@ -166,6 +169,13 @@ SPELL = 1.3
 also the most one ratio moves the correction towards it."""
 SPELL_LONGEST = 50
 """Iterations after which a spell is taken for a lasting change: the correction follows it."""
+IDLE_GAP = 0.05
+"""An iteration that starts more than this many seconds after the previous one ended does not move
+the online correction (`Scheduler.record`). On the convoy benchmark's 2-core VM prefill iterations
+right after another ran at 0.97x their corrected predictions, after 0.1-0.3 s idle at 1.15x and after
+more than 0.3 s at 1.25x (the machine's slow start after idle); the correction, learned while the
+engine was a third busy, stood at 1.21-1.26 when the long prompt arrived and sized its chunks, all
+back to back, for a device 20% slower than it was."""
 
 
 class RuntimePredictor:

@@ -4,7 +4,7 @@ import pytest
 
 from medha_jax.request import RequestStatus
 from medha_jax.scheduler import RuntimePredictor, SchedulerConfig
-from medha_jax.scheduler.predictor import SPELL
+from medha_jax.scheduler.predictor import IDLE_GAP, SPELL
 from medha_jax.scheduler.records import Composition
 from medha_jax.scheduler.replay import replay
 from tests.scheduler.factories import make_requests, make_scheduler, sample_all, shape
@@ -129,6 +129,24 @@ def test_measured_times_are_recorded_and_correct_the_predictor():
     rec = s.records[-1]
     assert (rec.composition.seqs, rec.predicted, rec.measured) == (((1000, 0),), b.predicted_time, 0.02)
     assert s.predictor.correction == pytest.approx(1.0 + 0.05 * (SPELL - 1.0))  # ratio 2, clipped to SPELL
+
+
+def test_an_iteration_after_an_idle_gap_leaves_the_correction_alone():
+    """A device that starts slow after idle (the 2-core VM: 1.15-1.25x) must not set the correction
+    that back-to-back iterations, the long prompt's chunks, are sized with."""
+    s = sched({"tokens": 1e-5})
+    reqs = make_requests(3, prompt_len=1000, max_tokens=1, arrival=[0.0, 0.0, 0.0])
+    seen = []
+    # each 1.2x its 10 ms prediction (within SPELL: no spell); the third starts IDLE_GAP + 10 ms after the second ends
+    for r, start in zip(reqs, [0.0, 0.012, 0.024 + IDLE_GAP + 0.01]):
+        s.add_request(r)
+        b = s.schedule(start)
+        assert b.predicted_time == pytest.approx(0.01 * seen[-1] if seen else 0.01)
+        s.on_batch_done(b, start + 0.012, measured_time=0.012)
+        seen.append(s.predictor.correction)
+    assert seen[0] == pytest.approx(1.0 + 0.05 * 0.2) and seen[1] > seen[0]  # the first, then one right after it
+    assert seen[2] == seen[1]  # after the idle gap: not learned from
+    assert s.records[-1].measured == 0.012  # still recorded
 
 
 @pytest.mark.parametrize("policy", ["lars", "slo"])
