@@ -145,7 +145,6 @@ class Scheduler:
         one by one."""
         self._matched: list[Request] = []  # waiting requests offered a cached prefix this pass
         self.records = IterationLog(config.max_records)
-        self._last_end: float | None = None  # when the last recorded iteration ended
         self.trace = IterationTrace(config.iteration_trace) if config.iteration_trace else None
         self.num_preemptions = 0
         self._tpot_targets: dict[float, int] = {}  # live per-request TPOT targets -> how many
@@ -355,10 +354,11 @@ class Scheduler:
             return
         self._ended(batch, now)
         comp = Composition.from_batch(batch)
+        # after an idle gap since the last recorded iteration ended, the device starts slow, which
+        # back-to-back iterations do not pay (IDLE_GAP)
+        after_idle = (measured_time is not None and len(self.records) > 0
+                      and now - measured_time - self.records[-1].time > IDLE_GAP)
         self.records.append(IterationRecord(comp, batch.predicted_time, measured_time, now))
-        last, self._last_end = self._last_end, now
-        # after an idle gap the device starts slow, which back-to-back iterations do not pay (IDLE_GAP)
-        after_idle = measured_time is not None and last is not None and now - measured_time - last > IDLE_GAP
         if self.predictor is not None and measured_time is not None and batch.predicted_time and not after_idle:
             if self.kv.kvp == 1:
                 self.predictor.observe(comp, measured_time)
