@@ -508,8 +508,7 @@ def rerender(ns) -> int:
         if rec.get("busy_timeline"):
             rec["busy_windows"] = busy_windows(rec["busy_timeline"], runs[p])
     summaries = {p: report["configs"][p]["summary"] for p in sorted(runs, key=_order)}
-    report["criteria"] = criteria(summaries, round_long_completions(report),
-                                  {p: rec["requests"] for p, rec in report["configs"].items()})
+    report["criteria"] = report_criteria(report, summaries)
     if ns.out == parse_args([]).out:
         ns.out = os.path.dirname(os.path.abspath(ns.from_json))
     if ns.name == "convoy":
@@ -608,8 +607,7 @@ def main(argv=None) -> int:
     # 5: results
     report["total_wall_s"] = round(time.monotonic() - t_start, 1)
     summaries = {p: report["configs"][p]["summary"] for p in sorted(runs, key=_order)}
-    report["criteria"] = criteria(summaries, round_long_completions(report),
-                                  {p: rec["requests"] for p, rec in report["configs"].items()})
+    report["criteria"] = report_criteria(report, summaries)
     write_results(ns, report, runs, summaries, choice)
     print()
     print(text_table(summaries))
@@ -647,6 +645,12 @@ def round_long_completions(report: dict) -> dict[str, list]:
     """Per configuration with rounds: the long request's completion in each round, in run order."""
     return {p: [rr["summary"]["long_completion_s"] for rr in rec["rounds"]]
             for p, rec in report["configs"].items() if rec.get("rounds")}
+
+
+def report_criteria(report: dict, summaries: dict[str, dict]) -> dict:
+    """`criteria` with what a results report holds: each configuration's rounds and pooled requests."""
+    return criteria(summaries, round_long_completions(report),
+                    {p: rec["requests"] for p, rec in report["configs"].items()})
 
 
 def criteria(summaries: dict[str, dict], round_longs: dict[str, list] | None = None,
