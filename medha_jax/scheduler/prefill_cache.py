@@ -80,6 +80,11 @@ class PrefillTimeCache:
         if max_len > self.max_len:
             self._extend(max_len)
 
+    def chunk_starts(self) -> tuple[int, ...]:
+        """The cached length at each simulated chunk boundary so far, from 0 (`build` extends them):
+        the chunks a prompt alone takes at the budget."""
+        return tuple(self._starts)
+
     @property
     def max_len(self) -> int:
         return (len(self._grid) - 1) * self.granularity
