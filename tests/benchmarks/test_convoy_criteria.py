@@ -84,3 +84,14 @@ def test_the_edf_gap_gets_a_paired_bootstrap_interval_and_the_verdict_stays_stri
     lo, hi = c["short_p99_ttft_minus_edf_ci95_s"]
     assert lo < 0 < hi
     assert convoy.criteria_lines(c)[-1].endswith(": noise")
+
+
+def test_the_floor_line_divides_by_the_same_profiles_whole_prompt():
+    choice = {"predicted_long_prefill_budgeted_s": 16.5, "profile_long_prefill_whole_s": 15.0,
+              "predicted_long_prefill_nonchunked_s": 12.5, "short_prefill_load": 0.2}
+    line = convoy.budget_floor_lines(choice)[0]
+    assert "1.10x the same profile's whole-prompt prefill (15.0 s)" in line
+    assert "20.6 s = 1.38x" in line  # 16.5 / 0.8 over 15.0
+    old = {k: v for k, v in choice.items() if k != "profile_long_prefill_whole_s"}  # results before stop 64
+    assert "1.32x the calibration's whole-prompt prefill (12.5 s)" in convoy.budget_floor_lines(old)[0]
+    assert convoy.budget_floor_lines({"short_prefill_load": 0.2}) == []
