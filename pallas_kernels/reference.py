@@ -20,7 +20,8 @@ Two implementations with the same signature:
   masked softmax. Obviously right; memory grows with T * P * page_size. For tests.
 - `paged_attention_xla`: the engine's XLA backend. Walks KV in blocks of pages with an online
   softmax. Prefill chunks go tile by tile (256 tokens of one sequence share each gathered block
-  of 16 pages, a 128-token tile and 32-token tiles take what is left of a chunk, a tile stops at
+  of 16 pages, two of them at a time where a 256-token tile sees both whole, a 128-token tile and
+  32-token tiles take what is left of a chunk, a tile stops at
   its own causal frontier, and the blocks below its first row's frontier skip the causal mask);
   decodes go together (one gathered block per sequence per step, up to the longest decode
   frontier: whole big blocks first, then small ones, `decode_big_pages`), except the longest when
@@ -80,7 +81,7 @@ def paged_attention_xla(
     q, k_pages, v_pages, page_table, cu_q_lens, q_offsets, kv_lens, *, scale, block_pages: int | None = None,
     prefill_block_pages: int = 16, block_q: int | None = None, mid_block_q: int | None = None,
     small_block_q: int | None = None, split_q: int | None = None, decode_big_block_bytes: int | None = None,
-    k_scales=None, v_scales=None,
+    prefill_big_blocks: int | None = None, k_scales=None, v_scales=None,
 ):
     """Online-softmax paged attention over blocks of pages (same contract as the reference).
 
@@ -95,7 +96,9 @@ def paged_attention_xla(
     XLA_DECODE_BLOCK_KEYS keys' worth, at least one page), up to the longest decode frontier,
     unless the longest runs alone in a one-query tile (`decode_alone`: when that is less work);
     the whole big blocks below that frontier go first, `decode_big_pages` pages a step (sized by
-    `decode_big_block_bytes`, default XLA_DECODE_BIG_BLOCK_BYTES; 0: no big blocks). The
+    `decode_big_block_bytes`, default XLA_DECODE_BIG_BLOCK_BYTES; 0: no big blocks), and the widest
+    prefill tiles walk their whole unmasked key blocks `prefill_big_blocks` at a time as one block
+    first (default XLA_PREFILL_BIG_BLOCKS; 1: one block a step). The
     defaults are the fastest measured on a CPU (`benchmarks/results/xla_attention_tiles_cpu.md`,
     `decode_block_keys_cpu_run1.md`, `xla_attention_ab_tiles256.md`): large tiles
     amortise each loop step's gather and bookkeeping (narrower tiles walk `key_splits` blocks per
@@ -126,9 +129,10 @@ def paged_attention_xla(
     acc = (jnp.zeros((T + big, KVH, G, Dh), jnp.float32), jnp.full((T + big, KVH, G), NEG_INF, jnp.float32))
     tiles = functools.partial(_xla_prefill_tiles, q_pad, kv, table_p, cu_q_lens, q_offsets, kv_lens, bpp)
     lo = jnp.zeros_like(pre_len)  # lo: i32[S], tokens the larger tiles already cover
+    big_blocks = XLA_PREFILL_BIG_BLOCKS if prefill_big_blocks is None else prefill_big_blocks
     for n, size in enumerate(sizes):
         hi = pre_len if n == len(sizes) - 1 else lo + (pre_len - lo) // size * size  # hi: i32[S]
-        acc = tiles(size, lo, hi, acc, key_splits(size, split_q, big))
+        acc = tiles(size, lo, hi, acc, key_splits(size, split_q, big), big_blocks if n == 0 else 1)
         lo = hi
     acc = tiles(1, jnp.zeros_like(pre_len), alone.astype(jnp.int32), acc)  # the decode walking alone: one query
     out_p, lse_p = acc[0][:T], acc[1][:T]
@@ -174,6 +178,12 @@ XLA_SPLIT_Q = 512  # a prefill tile narrower than XLA_BLOCK_Q walks XLA_SPLIT_Q 
 XLA_MAX_KEY_SPLITS = 8  # ... side by side, at most this many (`key_splits`)
 XLA_DECODE_BLOCK_KEYS = 64  # keys per block of the decode loop, in whole pages (Tiling.decode_block_keys)
 XLA_DECODE_BIG_BLOCK_BYTES = 4 << 20  # float32 key bytes a big decode block gathers over all sequence slots
+XLA_PREFILL_BIG_BLOCKS = 2  # key blocks the widest prefill tile's unmasked steps walk as one (Tiling.prefill_big_blocks)
+# On a 2-core AVX-512 Xeon, one layer (8 heads of 64, GQA 8:2, pages of 16, 256-key blocks): one 8K prompt 0.90x,
+# 2K over 14K cached 0.87x, 256 over 16K 0.89x, 512 over 2K 0.90x; 16 x 512 and 4 x 200, with no whole pair of
+# blocks below a tile's first row, 1.00-1.01x (`benchmarks/results/prefill_big_blocks_cpu.md`). The engine's tick
+# of the demo model with pages of 64 (1,024-key blocks): 1K over 8K 0.93x, 256 over 16K 0.94x; 4 blocks as one
+# gained no more with 256-key blocks and less with 1,024-key ones.
 
 
 def key_splits(size: int, split_q: int | None = None, block_q: int | None = None) -> int:
@@ -229,7 +239,7 @@ def _merge_splits(KVH, m, l, acc):
     return m_all, jnp.sum(w * l, axis=1), jnp.sum(w[..., None] * acc, axis=1)
 
 
-def _xla_prefill_tiles(q_pad, kv: _Pages, table, cu_q_lens, q_offsets, kv_lens, bp, BQ, lo, hi, acc, ks=1):
+def _xla_prefill_tiles(q_pad, kv: _Pages, table, cu_q_lens, q_offsets, kv_lens, bp, BQ, lo, hi, acc, ks=1, big=1):
     """Tiles of BQ tokens over local tokens [lo[s], hi[s]) of every sequence s; writes their rows of
     acc = (out f32[T + pad, KVH, G, Dh], lse f32[T + pad, KVH, G]) and returns it.
 
@@ -241,10 +251,13 @@ def _xla_prefill_tiles(q_pad, kv: _Pages, table, cu_q_lens, q_offsets, kv_lens, 
     queries repeated, and merges the ks softmax states before the rest (under a cond, so a short
     context pays nothing): each XLA:CPU op in the loop has a fixed cost (dispatch, thread hand-off),
     which a 32-query tile's small steps (128 rows a KV head) paid ~40% on top of their arithmetic
-    (`benchmarks/xla_key_splits.py`)."""
+    (`benchmarks/xla_key_splits.py`). A tile walking one block a step (`ks` 1) walks its whole
+    unmasked blocks `big` at a time as one block first (under a cond), then the rest one at a time:
+    fewer, larger steps, the same keys and one softmax state (`XLA_PREFILL_BIG_BLOCKS`)."""
     _, KVH, G, Dh = q_pad.shape
     block = bp * kv.page
     ks = max(1, min(ks, table.shape[1] // bp))  # no more blocks side by side than the table holds
+    big = max(1, min(big, table.shape[1] // bp))  # ... nor in one big block
     n_tiles = jnp.maximum(hi - lo + BQ - 1, 0) // BQ  # n_tiles: i32[S]
     t_end = jnp.cumsum(n_tiles)
 
@@ -259,19 +272,21 @@ def _xla_prefill_tiles(q_pad, kv: _Pages, table, cu_q_lens, q_offsets, kv_lens, 
         lim_rows = jnp.repeat(lim, G)  # lim_rows: i32[BQ*G]
         row = table[s]
 
-        def block_step(n, masked, b, c):  # n key blocks side by side: batch (KV head, block)
-            def by_head(x):  # f32[n*block, KVH, ...] -> f32[KVH*n, block, ...]
-                return jnp.moveaxis(x.reshape(n, block, KVH, *x.shape[2:]), 2, 0).reshape(KVH * n, block, *x.shape[2:])
+        def block_step(n, masked, b, c, width=1):  # n key blocks of width x block keys side by side
+            w = width * block  # keys a block of this step
 
-            cols = jax.lax.dynamic_slice_in_dim(row, b * bp * n, bp * n)  # cols: i32[n*bp]
-            k, v, kss, vs = kv.block(cols)  # k, v: f32[n*block, KVH, Dh]; kss, vs: f32[n*block, KVH] or None
-            k, v = by_head(k), by_head(v)  # k: f32[KVH*n, block, Dh]
+            def by_head(x):  # f32[n*w, KVH, ...] -> f32[KVH*n, w, ...]: batch (KV head, block)
+                return jnp.moveaxis(x.reshape(n, w, KVH, *x.shape[2:]), 2, 0).reshape(KVH * n, w, *x.shape[2:])
+
+            cols = jax.lax.dynamic_slice_in_dim(row, b * bp * width * n, bp * width * n)  # cols: i32[n*width*bp]
+            k, v, kss, vs = kv.block(cols)  # k, v: f32[n*w, KVH, Dh]; kss, vs: f32[n*w, KVH] or None
+            k, v = by_head(k), by_head(v)  # k: f32[KVH*n, w, Dh]
             qn = qf if n == 1 else jnp.broadcast_to(qf[:, None], (KVH, n, BQ * G, Dh)).reshape(KVH * n, BQ * G, Dh)
-            sc = jnp.einsum("bmd,bjd->bmj", qn, k)  # sc: f32[KVH*n, BQ*G, block]
+            sc = jnp.einsum("bmd,bjd->bmj", qn, k)  # sc: f32[KVH*n, BQ*G, w]
             if kss is not None:
                 sc = sc * by_head(kss)[:, None, :]
-            # mask: bool[1, BQ*G, block], or None below the tile's first row's frontier (n == 1 there)
-            mask = ((b * block + jnp.arange(block))[None, :] < lim_rows[:, None])[None] if masked else None
+            # mask: bool[1, BQ*G, w], or None below the tile's first row's frontier (n == 1 there)
+            mask = ((b * w + jnp.arange(w))[None, :] < lim_rows[:, None])[None] if masked else None
             if vs is None:
                 pv = lambda p: jnp.einsum("bmj,bjd->bmd", p, v)  # noqa: E731
             else:
@@ -290,6 +305,10 @@ def _xla_prefill_tiles(q_pad, kv: _Pages, table, cu_q_lens, q_offsets, kv_lens, 
             c = jax.lax.cond(full >= ks, lambda: _merge_splits(KVH, *jax.lax.fori_loop(
                 0, full // ks, functools.partial(block_step, ks, False), start(ks))), lambda: start(1))
             first = full // ks * ks
+        elif big > 1:  # under a cond, as above: XLA:CPU starts a loop's first step ahead of the loop
+            step = functools.partial(block_step, 1, False, width=big)
+            c = jax.lax.cond(full >= big, lambda c: jax.lax.fori_loop(0, full // big, step, c), lambda c: c, c)
+            first = full // big * big
         c = jax.lax.fori_loop(first, full, functools.partial(block_step, 1, False), c)
         o_t, lse_t = _finish(*jax.lax.fori_loop(full, (jnp.max(lim) + block - 1) // block,
                                                 functools.partial(block_step, 1, True), c))

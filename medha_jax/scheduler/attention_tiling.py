@@ -39,6 +39,7 @@ PREFILL_BLOCK_PAGES = 16  # pages per key block of a prefill tile (paged_attenti
 DECODE_BLOCK_KEYS = 64  # keys per block of the decode loop, whole pages (reference.XLA_DECODE_BLOCK_KEYS)
 MID_KEY_SPLITS = 4  # key blocks the 128-query tile walks per step (reference.key_splits(128))
 SMALL_KEY_SPLITS = 8  # ... the 32-query tile (reference.key_splits(32))
+PREFILL_BIG_BLOCKS = 2  # whole unmasked key blocks the widest tile walks as one (reference.XLA_PREFILL_BIG_BLOCKS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +62,8 @@ class Tiling:
     """Whole unmasked key blocks the mid tile walks per loop step (1: one at a time)."""
     small_key_splits: int = SMALL_KEY_SPLITS
     """... the small tiles."""
+    prefill_big_blocks: int = PREFILL_BIG_BLOCKS
+    """Whole unmasked key blocks the widest tile walks as one block per loop step (1: one at a time)."""
 
     @classmethod
     def for_engine(cls, page_size: int, min_pages: int, min_seqs: int) -> "Tiling":
@@ -89,25 +92,27 @@ def tile_walks(t: Tiling, q: int, kv: int, new: int | None = None) -> tuple[floa
     smallest power-of-two bucket holding kv + new, at least t.min_table_keys). Steps: once per
     block, except that a narrow tile walks the whole blocks below its first row's frontier
     `*_key_splits` at a time (not more than the page table holds) when at least one whole group
-    fits, then the rest of them one at a time."""
+    fits, and the widest tile `prefill_big_blocks` at a time as one block, then the rest of them
+    one at a time."""
     new = q if new is None else new
     table = max(t.min_table_keys, 1 << max(kv + new - 1, 0).bit_length())
     block = min(t.prefill_block_keys, table)
 
-    def walk(size: int, splits: int, lo: int, hi: int) -> tuple[int, int]:  # tiles of `size` queries over [lo, hi)
+    def walk(size: int, splits: int, lo: int, hi: int, merged: int = 1) -> tuple[int, int]:  # tiles over [lo, hi)
         ks = max(1, min(splits, table // block))
+        group = ks if ks > 1 else max(1, min(merged, table // block))  # whole blocks a step below the frontier
         blocks = steps = 0
         for end in range(lo + size, hi + 1, size):
             total = -(-(kv + min(end, new)) // block)
             full = (kv + min(end - size + 1, new)) // block  # whole blocks below the first row's frontier
             blocks += total
-            steps += total - full + full // ks + full % ks if ks > 1 and full >= ks else total
+            steps += total - full + full // group + full % group if group > 1 and full >= group else total
         return size * blocks * block, steps
 
     big, mid, small = t.tile_q, t.mid_tile_q, t.small_tile_q
     split = q // big * big
     mid_end = split + (q - split) // mid * mid
-    (b, sb), (m, sm), (n, sn) = (walk(big, 1, 0, split), walk(mid, t.mid_key_splits, split, mid_end),
+    (b, sb), (m, sm), (n, sn) = (walk(big, 1, 0, split, t.prefill_big_blocks), walk(mid, t.mid_key_splits, split, mid_end),
                                  walk(small, t.small_key_splits, mid_end, mid_end + -(-(q - mid_end) // small) * small))
     return float(b), float(m), float(n), float(sb + sm + sn)
 
@@ -123,7 +128,7 @@ def tile_work(t: Tiling, q: int, kv: int, new: int | None = None) -> tuple[float
 def tile_steps(t: Tiling, q: int, kv: int, new: int | None = None) -> float:
     """Key-loop steps a prefill chunk's tiles take (`tile_walks`). 128 tokens over 30,000 keys: one
     mid tile, 29 whole blocks of 1,024 in 7 groups of 4 + 1, then the diagonal block: 9 steps (the
-    widest tile would take 30)."""
+    widest tile would take 16: its 29 whole blocks 2 at a time, then the diagonal)."""
     return tile_walks(t, q, kv, new)[3]
 
 

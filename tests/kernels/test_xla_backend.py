@@ -52,6 +52,7 @@ def test_the_default_tiling_is_the_xla_backends_and_the_engines():
     assert (t.tile_q, t.mid_tile_q, t.small_tile_q) == (ref.XLA_BLOCK_Q, ref.XLA_MID_BLOCK_Q, ref.XLA_SMALL_BLOCK_Q)
     assert ref.tile_sizes() == (t.tile_q, t.mid_tile_q, t.small_tile_q)
     assert (t.mid_key_splits, t.small_key_splits) == (ref.key_splits(t.mid_tile_q), ref.key_splits(t.small_tile_q))
+    assert t.prefill_big_blocks == ref.XLA_PREFILL_BIG_BLOCKS and xla["prefill_big_blocks"].default is None
     assert t.prefill_block_keys == xla["prefill_block_pages"].default * cfg.page_size
     assert xla["block_pages"].default is None  # then XLA_DECODE_BLOCK_KEYS, in whole pages
     assert t.decode_block_keys == max(1, ref.XLA_DECODE_BLOCK_KEYS // cfg.page_size) * cfg.page_size
@@ -91,6 +92,19 @@ def test_decodes_walk_whole_big_blocks_then_small_ones(make_batch, Seq, check, r
     # big blocks; 64 slots: 128 keys
     assert ref.decode_big_pages(16, 64, 16, 2, 64, 4) * 16 == 512
     assert ref.decode_big_pages(64, 64, 16, 2, 64, 4) * 16 == 128
+
+
+@pytest.mark.parametrize("big", [1, 2, 3, None], ids=["off", "two", "three", "default"])
+def test_the_widest_tiles_walk_whole_big_blocks_first(make_batch, Seq, check, run, big):
+    """256-query tiles (blocks of 2 pages of 8 keys) whose first row sees 0, 1, 2, 3, 5 and 6 whole
+    blocks, on and off the block edges, walk those `big` at a time as one block, then the rest
+    one at a time (`prefill_big_blocks`); beside them a 128-query tile and decodes, which do not:
+    the outputs are the reference's whatever the grouping."""
+    batch = [Seq(256, 0), Seq(256, 16), Seq(256, 33), Seq(256, 48), Seq(300, 80), Seq(256, 101), Seq(128, 60),
+             Seq(1, 90)]
+    args = make_batch(batch, H=8, KVH=2, Dh=32, page=8)
+    check(run(paged_attention_xla, args, prefill_block_pages=2, prefill_big_blocks=big),
+          run(paged_attention_reference, args), jnp.float32)
 
 
 @pytest.mark.parametrize("split_q", [1, None, 1024], ids=["off", "default", "wide"])
