@@ -373,12 +373,19 @@ def deadline_fn(pred, choice: dict, ns):
     """The engine's derived TTFT deadline, D = max(deadline_k * T_prefill(P), deadline_min), with
     T_prefill from the same profile (pred), t_target and chunk settings as the edf/lars servers
     use; also returns T_prefill itself."""
-    from medha_jax.scheduler import PrefillTimeCache, SchedulerConfig
+    cfg, cache = prefill_time_cache(pred, choice, ns.max_num_seqs, ns.time_budget_token_cap)
+    return (lambda n: max(cfg.deadline_k * cache.total_time(n), cfg.deadline_min)), cache.total_time
+
+
+def prefill_time_cache(pred, choice: dict, max_num_seqs: int, token_cap: int | None, cache_dir: str | None = None):
+    """(SchedulerConfig, PrefillTimeCache) as the run's time-budget servers build them: the profile
+    pred, the run's t_target and deadline_min, its sequence and token caps; cache_dir None: the
+    config's default ("": in memory). `convoy_chunk_cost.py` takes its chunk plan from the same."""
+    from medha_jax.scheduler import PrefillTimeCache
 
     cfg = SchedulerConfig(policy="lars", t_target=choice["t_target"], deadline_min=choice["deadline_min"],
-                          max_num_seqs=ns.max_num_seqs, max_num_batched_tokens=ns.time_budget_token_cap)
-    cache = PrefillTimeCache(pred, cfg)
-    return (lambda n: max(cfg.deadline_k * cache.total_time(n), cfg.deadline_min)), cache.total_time
+                          max_num_seqs=max_num_seqs, max_num_batched_tokens=token_cap)
+    return cfg, PrefillTimeCache(pred, cfg, cache_dir=cache_dir)
 
 
 def make_workload(ns, choice: dict, deadline) -> list[RequestSpec]:

@@ -30,6 +30,7 @@ import json
 import os
 import statistics
 import sys
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -41,15 +42,15 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def chunk_plan(report: dict) -> list[tuple[int, int]]:
-    """The long prompt's budgeted chunks alone, (tokens, cached length) each, from the convoy's report."""
-    from medha_jax.scheduler import PrefillTimeCache, SchedulerConfig
+    """The long prompt's budgeted chunks alone, (tokens, cached length) each, from the convoy's report
+    (the prefill-time simulation its deadlines and floor line come from, `convoy.prefill_time_cache`)."""
+    from convoy import prefill_time_cache
+
     from medha_jax.scheduler.predictor import RuntimePredictor
 
     choice, settings = report["choice"], report["settings"]
-    cfg = SchedulerConfig(policy="lars", t_target=choice["t_target"], deadline_min=choice["deadline_min"],
-                          max_num_seqs=settings["max_num_seqs"],
-                          max_num_batched_tokens=settings.get("time_budget_token_cap"))
-    cache = PrefillTimeCache(RuntimePredictor.load(report["profile"]["path"]), cfg, cache_dir="")
+    _, cache = prefill_time_cache(RuntimePredictor.load(report["profile"]["path"]), choice, settings["max_num_seqs"],
+                                  settings.get("time_budget_token_cap"), cache_dir="")
     L = choice["long_len"]
     cache.build(L + 1)
     starts = [s for s in cache.chunk_starts() if s < L] + [L]
@@ -170,18 +171,17 @@ def main(argv=None) -> int:
         label, _, path = item.rpartition("=")
         runs.append(served(label or os.path.basename(path), path, table, (L, whole_ms)))
 
+    sizes = Counter(q for q, _ in plan)
     res = dict(run_info("convoy_chunk_cost.py", argv, load_before), source=str(args.results), long_len=L,
                t_target=report["choice"]["t_target"], page_size=page, chunks=len(plan),
-               chunk_sizes={str(q): sum(1 for x, _ in plan if x == q) for q in sorted({x for x, _ in plan})},
+               chunk_sizes={str(q): n for q, n in sorted(sizes.items())},
                ticks_ms={f"p{q}@{kv}": ms for (q, kv), ms in measured.items()}, whole_ms=whole_ms,
                plan_ms=plan_ms, served=runs)
     lines = [f"# The convoy's long prompt: budgeted chunks vs the whole prompt ({L} tokens)", "",
              f"{provenance(res)} Source: `{args.results}` (t_target {res['t_target']} s, pages of {page}). Engine tick "
              f"program of the demo model on one device, median of {args.rounds} rounds a point.", "",
              "| quantity | value |", "|---|---|",
-             f"| the budgeted plan | {len(plan)} chunks: " + ", ".join(f"{n} x {q}" for q, n in
-                                                                  sorted(res["chunk_sizes"].items(), key=lambda t: -t[1]))
-             + " |",
+             f"| the budgeted plan | {len(plan)} chunks: " + ", ".join(f"{n} x {q}" for q, n in sizes.most_common()) + " |",
              f"| the whole prompt in one tick | {whole_ms / 1e3:.2f} s |",
              f"| the plan's ticks (interpolated over cached length from {len(points)} timed points) | "
              f"{plan_ms / 1e3:.2f} s = **{plan_ms / whole_ms:.2f}x** the whole prompt |", ""]

@@ -21,8 +21,8 @@ Two implementations with the same signature:
 - `paged_attention_xla`: the engine's XLA backend. Walks KV in blocks of pages with an online
   softmax. Prefill chunks go tile by tile (256 tokens of one sequence share each gathered block
   of 16 pages, two of them at a time where a 256-token tile sees both whole, a 128-token tile and
-  32-token tiles take what is left of a chunk, a tile stops at
-  its own causal frontier, and the blocks below its first row's frontier skip the causal mask);
+  32-token tiles take what is left of a chunk, a tile stops at its own causal frontier, and the
+  blocks below its first row's frontier skip the causal mask);
   decodes go together (one gathered block per sequence per step, up to the longest decode
   frontier: whole big blocks first, then small ones, `decode_big_pages`), except the longest when
   walking its keys alone in a one-query tile is less work (`decode_alone`). No per-token KV gathers.
@@ -178,7 +178,7 @@ XLA_SPLIT_Q = 512  # a prefill tile narrower than XLA_BLOCK_Q walks XLA_SPLIT_Q 
 XLA_MAX_KEY_SPLITS = 8  # ... side by side, at most this many (`key_splits`)
 XLA_DECODE_BLOCK_KEYS = 64  # keys per block of the decode loop, in whole pages (Tiling.decode_block_keys)
 XLA_DECODE_BIG_BLOCK_BYTES = 4 << 20  # float32 key bytes a big decode block gathers over all sequence slots
-XLA_PREFILL_BIG_BLOCKS = 2  # key blocks the widest prefill tile's unmasked steps walk as one (Tiling.prefill_big_blocks)
+XLA_PREFILL_BIG_BLOCKS = 2  # blocks the widest prefill tile's unmasked steps walk as one (Tiling.prefill_big_blocks)
 # On a 2-core AVX-512 Xeon, one layer (8 heads of 64, GQA 8:2, pages of 16, 256-key blocks): one 8K prompt 0.90x,
 # 2K over 14K cached 0.87x, 256 over 16K 0.89x, 512 over 2K 0.90x; 16 x 512 and 4 x 200, with no whole pair of
 # blocks below a tile's first row, 1.00-1.01x (`benchmarks/results/prefill_big_blocks_cpu.md`). The engine's tick

@@ -112,7 +112,8 @@ def tile_walks(t: Tiling, q: int, kv: int, new: int | None = None) -> tuple[floa
     big, mid, small = t.tile_q, t.mid_tile_q, t.small_tile_q
     split = q // big * big
     mid_end = split + (q - split) // mid * mid
-    (b, sb), (m, sm), (n, sn) = (walk(big, 1, 0, split, t.prefill_big_blocks), walk(mid, t.mid_key_splits, split, mid_end),
+    (b, sb), (m, sm), (n, sn) = (walk(big, 1, 0, split, t.prefill_big_blocks),
+                                 walk(mid, t.mid_key_splits, split, mid_end),
                                  walk(small, t.small_key_splits, mid_end, mid_end + -(-(q - mid_end) // small) * small))
     return float(b), float(m), float(n), float(sb + sm + sn)
 

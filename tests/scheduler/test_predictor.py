@@ -398,8 +398,8 @@ def test_tile_steps_count_the_key_loops_steps():
     assert tile_steps(t, 128, 2000) == 3
     # one a step everywhere: the steps are the blocks tile_work counts, whatever the tile
     flat = Tiling.for_engine(page_size=64, min_pages=512, min_seqs=16)
-    flat = Tiling(**{**{f: getattr(flat, f) for f in flat.__dataclass_fields__}, "mid_key_splits": 1, "small_key_splits": 1,
-                     "prefill_big_blocks": 1})
+    flat = Tiling(**{**{f: getattr(flat, f) for f in flat.__dataclass_fields__},
+                     "mid_key_splits": 1, "small_key_splits": 1, "prefill_big_blocks": 1})
     for q, kv in ((128, 30000), (32, 16000), (400, 5000), (16, 300)):
         b, m, s = tile_work(flat, q, kv)
         block = flat.prefill_block_keys
