@@ -24,7 +24,7 @@ Two implementations with the same signature:
   32-token tiles take what is left of a chunk, a tile stops at its own causal frontier, and the
   blocks below its first row's frontier skip the causal mask);
   decodes go together (one gathered block per sequence per step, up to the longest decode
-  frontier: whole big blocks first, then small ones, `decode_big_pages`), except the longest when
+  frontier; on AVX-512 hosts whole big blocks first, then small ones, `decode_big_pages`), except the longest when
   walking its keys alone in a one-query tile is less work (`decode_alone`). No per-token KV gathers.
 """
 
@@ -177,13 +177,34 @@ XLA_SMALL_BLOCK_Q = 32  # ... per tile over what the larger tiles leave (Tiling.
 XLA_SPLIT_Q = 512  # a prefill tile narrower than XLA_BLOCK_Q walks XLA_SPLIT_Q // its queries key blocks
 XLA_MAX_KEY_SPLITS = 8  # ... side by side, at most this many (`key_splits`)
 XLA_DECODE_BLOCK_KEYS = 64  # keys per block of the decode loop, in whole pages (Tiling.decode_block_keys)
-XLA_DECODE_BIG_BLOCK_BYTES = 4 << 20  # float32 key bytes a big decode block gathers over all sequence slots
 XLA_PREFILL_BIG_BLOCKS = 2  # blocks the widest prefill tile's unmasked steps walk as one (Tiling.prefill_big_blocks)
 # On a 2-core AVX-512 Xeon, one layer (8 heads of 64, GQA 8:2, pages of 16, 256-key blocks): one 8K prompt 0.90x,
 # 2K over 14K cached 0.87x, 256 over 16K 0.89x, 512 over 2K 0.90x; 16 x 512 and 4 x 200, with no whole pair of
 # blocks below a tile's first row, 1.00-1.01x (`benchmarks/results/prefill_big_blocks_cpu.md`). The engine's tick
 # of the demo model with pages of 64 (1,024-key blocks): 1K over 8K 0.93x, 256 over 16K 0.94x; 4 blocks as one
 # gained no more with 256-key blocks and less with 1,024-key ones.
+
+
+def host_has_avx512(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """Whether this host's CPU has AVX-512 (`avx512f` among `cpuinfo`'s flags; False where there is
+    no such file)."""
+    try:
+        with open(cpuinfo) as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return "avx512f" in line.split()
+    except OSError:
+        pass
+    return False
+
+
+XLA_DECODE_BIG_BLOCK_BYTES = (4 << 20) if host_has_avx512() else 0
+"""Float32 key bytes a big decode block gathers over all sequence slots (0: none, every step one
+64-key block). The engine's tick of the 31M Llama with 4 MB blocks against none
+(`benchmarks/decode_big_blocks.py`): on a 2-core AVX-512 Xeon 16 decodes at 544 keys 0.86-0.94x,
+16 at 4K 0.74x, 64 at 2K 0.93x (`decode_big_blocks_cpu.md`); on a 2-core AVX2 EPYC 1.22x, 1.47x and
+1.37x (`decode_big_blocks_epyc.md`), and no smaller budget (256 KB-2 MB) gained there either (one
+layer 0.97-1.09x). So they are on where the host has AVX-512 and off elsewhere."""
 
 
 def key_splits(size: int, split_q: int | None = None, block_q: int | None = None) -> int:
@@ -346,8 +367,8 @@ def decode_big_pages(slots: int, table_pages: int, page: int, kv_heads: int, hea
                      block_bytes: int | None = None) -> int:
     """Pages per big block of the decode loop: as many whole small blocks (`small_pages`) as keep one
     step's gathered float32 keys over all `slots` sequence slots within `block_bytes` (default
-    XLA_DECODE_BIG_BLOCK_BYTES), at most the page table's width; `small_pages` when no more fit
-    (then there are no big blocks). On a 2-core AVX-512 Xeon the engine's tick ran 16 decodes at 4K
+    XLA_DECODE_BIG_BLOCK_BYTES, which depends on the host), at most the page table's width;
+    `small_pages` when no more fit (then there are no big blocks). On a 2-core AVX-512 Xeon the engine's tick ran 16 decodes at 4K
     keys in 0.74x the time of 64-key blocks alone, 16 at 544 keys in 0.86-0.94x and 64 at 2K in 0.93x
     (`benchmarks/results/decode_big_blocks_cpu.md`); blocks of 32-64 MB a step ran 1.07-1.28x slower than 64-key ones,
     and 8 MB gives 16 slots 1,024-key blocks, which the offline job's ~550-key decodes never fill."""

@@ -80,7 +80,7 @@ at 1.21-1.27x the 256-query one per query at 8K-30K keys, where the engine's tic
 1.03x-0.98x (`benchmarks/xla_key_splits.py`); tied, 0.98-1.05x of the tick's times, at about the
 same held-out error (10.8% vs 10.0% on that profile's 125 samples)."""
 PROFILE_FORMAT = "medha-jax-runtime-profile"
-PROFILE_VERSION = 11
+PROFILE_VERSION = 12
 """Bumped whenever a feature's meaning, or how its samples are timed, changes (2: tile_kv counts 128-query
 tiles, was 32; 3: the 32-query tiles are small_tile_kv, and the tiling is the engine's, stored in the
 profile; 4: tile_kv counts 256-query tiles and at most one 128-query tile a chunk; 5: decode_span lets
@@ -95,7 +95,9 @@ run of an iteration under 0.25 s, `runtime_profiler.SETTLE_BELOW`: a version-9 p
 iterations after whatever ran before them, up to 4x their own cost: 13.4-16.6% held-out error on the
 convoy's engine, 9.1-9.5% settled; 11: the widest prefill tile walks its whole unmasked key blocks two
 at a time as one, `reference.XLA_PREFILL_BIG_BLOCKS`: tile_steps counts those steps, fewer than a
-version-10 fit priced)."""
+version-10 fit priced; 12: decodes walk big blocks only on AVX-512 hosts,
+`reference.XLA_DECODE_BIG_BLOCK_BYTES`: an AVX2 host's version-11 profile timed its decodes with them,
+1.1-1.5x slower than they now run)."""
 
 
 class StaleProfileError(ValueError):
