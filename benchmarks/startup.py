@@ -1,14 +1,16 @@
-"""Start-up time to the first token, cold (empty caches) and warm (restart), for the two ways users
-start medha-jax: `scripts/serve.sh` (the server) and the README's `LLM(...)` example.
+"""Start-up time to the first token, cold (empty caches) and warm (restart), for the ways users
+start medha-jax: `scripts/serve.sh` (the server), the README's `LLM(...)` example, and `LLM(model=dir)`
+with every default on a checkpoint directory (the 31M benchmark Llama, random weights).
 
-    python benchmarks/startup.py                  # both, cold then warm, results/startup_cpu.md
-    python benchmarks/startup.py --cases python --rounds 2
+    python benchmarks/startup.py                  # all three, cold then warm, results/startup_cpu.md
+    python benchmarks/startup.py --cases python,checkpoint --rounds 2
 
 Data flow, per case and round: a fresh directory for the XLA compilation cache and the runtime
 profiles (cold) -> the process started with exactly the command users run (serve.sh's
 `python -m medha_jax.serve` line with its shape flags, ports 0; the README's Python lines) ->
 serve: wait for "HTTP listening on URL", POST /v1/completions (max_tokens 1) -> first token;
-python: the example prints when `generate` returns -> seconds from process start to first token,
+python / checkpoint: the script prints when `generate` returns (checkpoint: 2 prompts of 64 tokens,
+24 new; then the offline job, 16 x 512 + 64, timed too) -> seconds from process start to first token,
 with what the engine logged about compiles -> the same directories again (warm restart) ->
 results/startup_<machine>.json and .md, with the load average around each run.
 The virtual environment is assumed installed (serve.sh's first-run pip install is not timed).
@@ -50,6 +52,20 @@ llm = LLM(model="demo", mesh="tp=1", dtype="float32", scheduler="slo",
 t_built = time.perf_counter()
 outs = llm.generate(["Hello", [5, 6, 7]], SamplingParams(max_tokens=24, temperature=0.0))
 print("FIRST", time.perf_counter() - t0, t_built - t0, flush=True)
+"""
+
+CHECKPOINT_EXAMPLE = """
+import time; t0 = time.perf_counter()
+import sys; sys.path.insert(0, {bench!r})
+from dummy_models import batch_prompts
+from medha_jax import LLM, SamplingParams
+llm = LLM(model={model!r}, dtype="float32", load_format="dummy", compilation_cache_dir={cache!r}, profile_dir={profiles!r})
+t_built = time.perf_counter()
+outs = llm.generate(batch_prompts(2, 64, 8192), SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True))
+print("FIRST", time.perf_counter() - t0, t_built - t0, flush=True)
+t1 = time.perf_counter()
+llm.generate(batch_prompts(16, 512, 8192, 1), SamplingParams(max_tokens=64, temperature=0.0, ignore_eos=True))
+print("JOB", time.perf_counter() - t1, flush=True)
 """
 
 
@@ -110,15 +126,33 @@ def run_python(workdir: Path, timeout: float) -> dict:
             "llm_built_s": round(built, 2)}
 
 
+def run_checkpoint(workdir: Path, timeout: float) -> dict:
+    from dummy_models import LLAMA_31M, write_model_dir
+
+    model = write_model_dir(workdir, "llama-31m", LLAMA_31M)  # config and tokenizer; the weights are random
+    code = CHECKPOINT_EXAMPLE.format(bench=str(Path(__file__).resolve().parent), model=str(model),
+                                     cache=str(workdir / "xla"), profiles=str(workdir / "profiles"))
+    t0 = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), cwd=ROOT,
+                         timeout=timeout)
+    wall = time.perf_counter() - t0
+    (workdir / "checkpoint.log").write_text(out.stdout + out.stderr)
+    m, j = re.search(r"FIRST (\S+) (\S+)", out.stdout), re.search(r"JOB (\S+)", out.stdout)
+    if out.returncode or not m or not j:
+        raise RuntimeError(f"the checkpoint example failed; see {workdir / 'checkpoint.log'}")
+    return {"first_token_s": round(float(m.group(1)), 2), "llm_built_s": round(float(m.group(2)), 2),
+            "job_s": round(float(j.group(1)), 2), "process_wall_s": round(wall, 2)}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--cases", default="serve,python")
+    ap.add_argument("--cases", default="serve,python,checkpoint")
     ap.add_argument("--rounds", type=int, default=1, help="cold+warm pairs per case")
     ap.add_argument("--timeout", type=float, default=1200.0)
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--name", default="startup_cpu")
     args = ap.parse_args(argv)
-    runners = {"serve": run_serve, "python": run_python}
+    runners = {"serve": run_serve, "python": run_python, "checkpoint": run_checkpoint}
     rows = []
     for rnd in range(args.rounds):
         for case in args.cases.split(","):
@@ -137,11 +171,14 @@ def main(argv=None) -> int:
              f"Machine: {report['machine']} x {report['cores']} cores, commit {report['commit']}. Cold: empty compilation "
              "cache and profile directories; warm: the same directories again (a restart). The venv is installed "
              "beforehand. serve: process start to the HTTP response of a 1-token completion; python: process start "
-             "(interpreter start excluded) to `generate` returning 24 tokens for 2 prompts.", "",
+             "(interpreter start excluded) to `generate` returning 24 tokens for 2 prompts; checkpoint: the same "
+             "for `LLM(model=dir, dtype=\"float32\", load_format=\"dummy\")` on the 31M Llama (2 prompts of 64 "
+             "tokens, 24 new), then its offline job (16 x 512 + 64) in the same process.", "",
              "| case | phase | round | first token | detail | load before->after |", "|---|---|---|---|---|---|"]
     for r in rows:
         detail = (f"listening after {r['listening_s']} s" if r["case"] == "serve"
-                  else f"LLM built after {r['llm_built_s']} s, process wall {r['process_wall_s']} s")
+                  else f"LLM built after {r['llm_built_s']} s, process wall {r['process_wall_s']} s"
+                  + (f", then the offline job {r['job_s']} s" if "job_s" in r else ""))
         lines.append(f"| {r['case']} | {r['phase']} | {r['round']} | {r['first_token_s']} s | {detail} | "
                      f"{r['load_before']}->{r['load_after']} |")
     write_results(args.out, args.name, report, lines)

@@ -10,6 +10,8 @@
     -> samples [(Composition, seconds)] -> RuntimePredictor.fit with the executor's attention
        tiling (page size, smallest buckets); held-out MAPE by 5-fold cross-validation
     -> profile JSON keyed by (model, mesh, dtype, device), holding the tiling it was measured with
+`get_predictor` reads that profile at start-up, measures a quick one when there is none, or, in
+batch mode, starts on a provisional one (`medha_jax.nominal_profile`) without measuring.
 
 Only run on an executor that is not serving: it overwrites KV pages.
 """
@@ -21,6 +23,7 @@ import statistics
 import time
 from collections.abc import Iterable
 
+from medha_jax.model import sharding
 from medha_jax.scheduler import Composition, RuntimePredictor
 from medha_jax.scheduler.attention_tiling import DEFAULT_TILING, Tiling
 from medha_jax.scheduler.predictor import StaleProfileError
@@ -213,7 +216,10 @@ QUICK_PROFILE_BUCKETS = 9
 def get_predictor(engine_config, scheduler_config, executor, key, vocab_size: int, max_model_len: int):
     """The profile for `key` from engine_config.profile_dir; for a time-budget policy with none on
     disk, measure a quick one now (and save it): the compositions of the full grid that fall in
-    QUICK_PROFILE_BUCKETS buckets (`in_few_buckets`). fcfs without a profile runs with no predictor."""
+    QUICK_PROFILE_BUCKETS buckets (`in_few_buckets`), except in batch mode, where no iteration has a
+    time budget: there the provisional predictor of `nominal_profile` (the model's arithmetic over
+    this device's measured matmul and memory rates, ~1 s) stands in for it, and nothing is saved.
+    fcfs without a profile runs with no predictor."""
     import logging
     import os
 
@@ -231,6 +237,15 @@ def get_predictor(engine_config, scheduler_config, executor, key, vocab_size: in
             log.warning("%s; it will be measured again", e)
     if not scheduler_config.uses_time_budget:
         return None
+    if scheduler_config.batch_mode:
+        from medha_jax.nominal_profile import nominal_predictor
+
+        lay = sharding.layout(executor.cfg, executor.mesh)
+        log.info("no runtime profile at %s; batch mode runs on a provisional predictor (the model's arithmetic "
+                 "over this device's matmul and memory rates); a server, or `python -m medha_jax.profile`, "
+                 "measures one", path)
+        return nominal_predictor(executor.cfg, key, tiling, tp=lay.tp, spp=lay.spp, dtype=engine_config.dtype,
+                                 kv_dtype=engine_config.kv_cache_dtype)
     log.warning("no usable runtime profile at %s; measuring a quick one", path)
     ladders = executor.ladders
     comps = composition_grid(ladders.tokens[-1], ladders.seqs[-1],

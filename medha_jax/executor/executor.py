@@ -5,7 +5,8 @@ ahead-of-time compiled tick per shape bucket and one sampler per sequence count 
 compile includes its sampler's when that is new). `warmup()` compiles every bucket (with a
 progress bar), or with `background=True` only the bucket every batch fits before returning and the
 rest in a background thread (`background_compile`): until a tick's own bucket is ready it runs
-padded in the cheapest compiled bucket that holds it (`runnable`). After warm-up a tick that
+padded in the cheapest compiled bucket that holds it, or waits for its own bucket's compile where
+the last tick padded there took longer than a compile (`runnable`). After warm-up a tick that
 finds no compiled bucket holding it is compiled on the spot and counted in
 `compiles_after_warmup`, and every XLA compile in the process is counted by `compile_events` (a
 jax.monitoring listener), so tests can assert a running engine compiles nothing. Each compile
@@ -32,8 +33,10 @@ operation before running it, followers replay them (`executor.multihost.follow`)
 
 from __future__ import annotations
 
+import statistics
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import jax
@@ -93,11 +96,16 @@ class Launched:
     top_ids: jax.Array  # i32[kvp*S, K], replicated
     top_logprobs: jax.Array  # f32[kvp*S, K], replicated
     n: int  # logits rows in the step
+    timed: Callable[[float], None] | None = None  # told the seconds from launch to samples on the host
+    t0: float = 0.0  # when it was launched (perf_counter)
 
     def result(self) -> StepResult:
         # Replicated outputs: every process reads its own copy.
         host = [np.asarray(a.addressable_data(0))[: self.n]
                 for a in (self.tokens, self.logprobs, self.top_ids, self.top_logprobs)]
+        if self.timed is not None:
+            self.timed(time.perf_counter() - self.t0)
+            self.timed = None
         return StepResult(*host)
 
 
@@ -149,6 +157,9 @@ class Executor:
         self.warmed_up = False
         self.compiles_after_warmup = 0
         self.padded_ticks = 0  # ticks run in a larger bucket while theirs was compiling
+        self.compile_waits = 0  # ticks that waited for their own bucket's compile instead (`runnable`)
+        self.tick_seconds: dict[Bucket, float] = {}  # the last tick run in each bucket: launch to samples on the host
+        self.compile_seconds: list[float] = []  # every bucket compile's duration
         self.num_buckets = len(ladders.all_buckets())
         self.maps: MapBudget = BUDGET  # the process's memory mappings, shared by its executors
 
@@ -182,7 +193,9 @@ class Executor:
             before = self.maps.check(1)
             if b.seqs not in self._samplers:
                 self._samplers[b.seqs] = self._sample.lower(*self._abstract_sample_args(b.seqs)).compile()
+            t0 = time.perf_counter()
             exe = self._step.lower(*self._abstract_args(b)).compile()
+            self.compile_seconds.append(time.perf_counter() - t0)
             self.maps.record(before)
             self._compiled[b] = exe
         return exe
@@ -195,10 +208,11 @@ class Executor:
 
     def runnable(self, b: Bucket) -> Bucket:
         """The bucket a tick that needs b runs in: b once compiled; while the background compiler
-        is running, the cheapest compiled bucket holding b (padding costs time, a compile costs
-        seconds) while b is compiled next in the background; the same, for good, once a compile
-        was refused for the process's memory-mapping limit (`map_budget`); b itself (compiled on
-        the spot) when none holds it."""
+        is running, b is compiled next in the background and the tick runs padded in the cheapest
+        compiled bucket holding b, unless the last tick there took longer than a bucket's compile
+        (`_wait_for`: then it waits up to that long for b instead); the same, for good, once a
+        compile was refused for the process's memory-mapping limit (`map_budget`); b itself
+        (compiled on the spot) when none holds it."""
         if b in self._compiled:
             return b
         compiling = self.background is not None and not self.background.finished
@@ -208,10 +222,29 @@ class Executor:
                    if c.tokens >= b.tokens and c.seqs >= b.seqs and c.pages >= b.pages]
         if not holders:
             return b
+        holder = min(holders, key=bucket_cost)
         if compiling:
             self.background.want(b)
+            if self._wait_for(b, self.tick_seconds.get(holder)):
+                self.compile_waits += 1
+                return b
         self.padded_ticks += 1
-        return min(holders, key=bucket_cost)
+        return holder
+
+    def _wait_for(self, b: Bucket, padded: float | None) -> bool:
+        """Wait for the background compiler to compile b (wanted, so next) when a tick padded into
+        the bucket it would run in took `padded` seconds, more than the median compile: on a CPU a
+        16-sequence decode step padded into the bucket every batch fits (8,448 tokens) took ~24 s
+        where its own bucket compiles in ~5 s. Waits at most `padded` seconds (never much longer
+        than running padded would have taken); True once b is compiled."""
+        if padded is None or not self.compile_seconds or padded <= statistics.median(self.compile_seconds):
+            return False
+        deadline = time.perf_counter() + padded
+        while b not in self._compiled:
+            if self.background.finished or time.perf_counter() > deadline:
+                return False
+            time.sleep(0.01)
+        return True
 
     def precompile(self, buckets) -> int:
         """Compile these buckets now (a caller that knows its shapes warms up only those);
@@ -349,7 +382,8 @@ class Executor:
             raise RuntimeError("launch() runs one step of a one-stage pipeline; use tick() with spp > 1")
         plan = self.pipe.plan(Microbatch(step, self.pack(step)), self.runnable)
         self._send("run", plan.arrays)
-        return Launched(*self.launch_arrays(plan.arrays), step.num_rows)
+        t0 = time.perf_counter()
+        return Launched(*self.launch_arrays(plan.arrays), step.num_rows, self._timer(bucket_of(plan.arrays)), t0)
 
     def _advance(self, step: StepInput | None):
         new = Microbatch(step, self.pack(step)) if step is not None and step.seqs else None
@@ -357,12 +391,19 @@ class Executor:
         if plan is None:
             return None, None
         self._send("run", plan.arrays)
+        t0 = time.perf_counter()
         arrays = self.launch_arrays(plan.arrays)
         self.pipe.commit(plan)
         out = plan.exiting
         if out is None:
             return None, None
-        return out.batch, Launched(*arrays, out.batch.num_rows).result()
+        return out.batch, Launched(*arrays, out.batch.num_rows, self._timer(bucket_of(plan.arrays)), t0).result()
+
+    def _timer(self, b: Bucket) -> Callable[[float], None]:
+        """Records a tick's seconds in bucket b (`tick_seconds`; `runnable` reads them)."""
+        def timed(seconds: float) -> None:
+            self.tick_seconds[b] = seconds
+        return timed
 
     def run_arrays(self, arrays: dict[str, np.ndarray]) -> None:
         """One tick on a `TickPlan.arrays` dict, waited for (a multi-host follower's replay)."""

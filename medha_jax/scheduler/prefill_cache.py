@@ -10,7 +10,8 @@ chunk is exact), so one simulation serves every length: T(L) = time to the last 
 b <= L, plus one chunk of L - b tokens at kv = b. The simulation is extended lazily (doubling)
 when a longer length is asked for, and, given a directory, persisted as JSON under a key hashing
 the predictor's coefficients, t_target, the chunk config and the granularity, so a restart with
-the same setup skips the simulation. The predictor's online correction is not applied (the key
+the same setup skips the simulation (not for a provisional predictor, `medha_jax.nominal_profile`,
+whose coefficients change with every start). The predictor's online correction is not applied (the key
 must stay stable). Pure Python.
 """
 
@@ -38,6 +39,8 @@ class PrefillTimeCache:
                            max_chunk=config.max_chunk, accept_within=config.accept_within,
                            period=predictor.chunk_period)
         cache_dir = cache_dir if cache_dir is not None else config.prefill_cache_dir
+        if getattr(predictor, "fit_info", {}).get("provisional"):  # rates measured anew each start: a key per start, kept in memory
+            cache_dir = None
         self.cache_dir = os.path.expanduser(cache_dir) if cache_dir else None
         self._starts: list[int] = [0]      # KV length at each chunk boundary
         self._cum: list[float] = [0.0]     # seconds spent to reach each boundary

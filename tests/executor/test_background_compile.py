@@ -1,4 +1,5 @@
-"""Serving while the shape buckets compile in the background: same tokens, no tick waits on a compile.
+"""Serving while the shape buckets compile in the background: same tokens; a tick waits for a
+compile only where padding would cost it longer.
 
 The reference is the same engine with every bucket compiled before serving (background_compile
 off): padding a batch into a larger compiled bucket must not change a single greedy token.
@@ -84,6 +85,29 @@ def test_runnable_picks_the_cheapest_compiled_bucket_that_holds_the_tick():
     assert ex.runnable(big) == big
 
 
+def test_a_tick_waits_for_its_bucket_where_padded_ticks_take_longer_than_a_compile(reference):
+    """A tick padded into a bucket whose last tick took longer than the median compile waits for
+    its own bucket instead (compiled next in the background); where padded ticks are quick it pads.
+    Either way the tokens are the reference's."""
+    llm = LLM(warmup=False, **KW)
+    ex = llm.engine.executor
+    l = ex.ladders
+    cover = Bucket(l.tokens[-1], l.seqs[-1], l.pages[-1])
+    ex.compile_bucket(cover)
+    ex.warmed_up = True
+    ex.background = BackgroundCompiler(ex, [], eager=0).start()  # compiles only what ticks want
+    ex.tick_seconds[cover] = 1e3  # as if a padded tick there had taken longer than any compile
+    need = Bucket(l.tokens[0], l.seqs[0], l.pages[0])
+    assert ex.runnable(need) == need and ex.compile_waits == 1 and ex.padded_ticks == 0
+    ex.tick_seconds[cover] = 0.0  # quick padded ticks: pad, the compile goes on in the background
+    other = Bucket(l.tokens[1], l.seqs[0], l.pages[0])
+    assert ex.runnable(other) == cover and ex.padded_ticks == 1 and ex.compile_waits == 1
+    assert ex.wait_compiled(600) and other in ex._compiled
+    assert [o.token_ids for o in llm.generate(PROMPTS, GREEDY)] == reference
+    assert cover in ex.tick_seconds  # ticks are timed per bucket
+    llm.close()
+
+
 def test_a_program_that_ends_while_buckets_compile_exits_cleanly(tmp_path):
     """The interpreter's exit waits for the compile in progress (tearing XLA down under it crashed
     the process with SIGSEGV after the user's program had finished)."""
@@ -122,7 +146,8 @@ def test_the_start_up_profile_measures_in_few_buckets_and_every_token_size():
 def test_the_start_up_profile_fits_a_kv_pool_that_is_not_a_power_of_two(tmp_path):
     """70 pages per group: the page-table ladder reaches 128, the compositions must stay within the
     70 pages synthetic batches can use (a cold start failed with 'needs 124 pages per sequence')."""
-    kw = {**KW, "scheduler": "slo", "num_pages": 70, "max_model_len": 2048, "profile_dir": str(tmp_path)}
+    kw = {**KW, "scheduler": "slo", "batch_mode": False, "num_pages": 70, "max_model_len": 2048,
+          "profile_dir": str(tmp_path)}  # a server's start-up: batch mode measures no profile
     llm = LLM(**kw)
     assert llm.engine.scheduler.predictor is not None
     assert llm.generate(["Hi"], GREEDY)[0].token_ids
