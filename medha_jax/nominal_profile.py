@@ -3,7 +3,8 @@ device's measured matmul and memory rates.
 
   model shape, mesh (tp, spp), dtypes --per tick, per device--> weight and KV bytes, FLOPs per token
   this device: one matmul of the model's own MLP shape, one sum over 64 MB, timed (~1 s with compiles)
-  --> RuntimePredictor coefficients (const, tokens, chunk_kv, chunk_sq, decodes, decode_kv)
+  --> RuntimePredictor coefficients (const, tokens, chunk_kv, chunk_sq, decodes, and decode_kv or,
+      on the XLA backend, decode_span)
       fit_info {"kind": "nominal", "provisional": True, rates}: never saved as a profile, and the
       prefill-time cache built on it stays in memory (`PrefillTimeCache`)
 
@@ -61,13 +62,16 @@ def device_rates(cfg: LlamaConfig, dtype: str, tokens: int = 1024) -> tuple[floa
 
 
 def nominal_coefficients(cfg: LlamaConfig, *, tp: int, spp: int, weight_bytes: int, kv_bytes: int,
-                         flops: float, bandwidth: float) -> dict[str, float]:
+                         flops: float, bandwidth: float, every_slot: bool = False) -> dict[str, float]:
     """Seconds per unit of each predictor feature for one tick (one pipeline stage) on one device:
     the stage's linear layers at `flops` (each token) and its weights read once at `bandwidth`
     (every iteration); prefill attention at ATTENTION_EFFICIENCY x `flops` (4 FLOPs per query-key
-    pair per head and layer; a chunk's own causal pairs are q^2 / 2); a decode's keys and values
-    read at `bandwidth`; each sampled sequence's lm_head row. weight_bytes / kv_bytes: bytes per
-    weight / cached element."""
+    pair per head and layer; a chunk's own causal pairs are q^2 / 2); the keys and values decodes
+    read, at `bandwidth`: each decode's own (`decode_kv`), or, `every_slot` (the XLA backend's
+    batched decode loop, where every sequence slot of the bucket walks up to the longest decode),
+    the key slots that loop walks (`decode_span`; 128 decodes up to 17K keys took 10 s on the EPYC
+    VM, ~10x their own keys' read); each sampled sequence's lm_head row. weight_bytes / kv_bytes:
+    bytes per weight / cached element."""
     layers = cfg.num_layers / spp
     D, F, Dh = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
     H, K = cfg.num_heads / tp, max(cfg.num_kv_heads / tp, 1.0)
@@ -80,18 +84,19 @@ def nominal_coefficients(cfg: LlamaConfig, *, tp: int, spp: int, weight_bytes: i
         "chunk_kv": pair,
         "chunk_sq": pair / 2,
         "decodes": 2.0 * head / flops,
-        "decode_kv": layers * 2 * K * Dh * kv_bytes / bandwidth,
+        "decode_span" if every_slot else "decode_kv": layers * 2 * K * Dh * kv_bytes / bandwidth,
     }
 
 
 def nominal_predictor(cfg: LlamaConfig, key: ProfileKey, tiling: Tiling, *, tp: int, spp: int, dtype: str,
-                      kv_dtype: str) -> RuntimePredictor:
-    """The provisional predictor of this module's docstring for `cfg` on the default device."""
+                      kv_dtype: str, backend: str) -> RuntimePredictor:
+    """The provisional predictor of this module's docstring for `cfg` on the default device;
+    backend: the attention backend's name ("xla": decodes walk every slot of their bucket)."""
     flops, bandwidth = device_rates(cfg, dtype)
     weight_bytes = 2 if dtype == "bfloat16" else 4
     kv_bytes = 1 if kv_dtype.startswith("fp8") else weight_bytes
     coef = nominal_coefficients(cfg, tp=tp, spp=spp, weight_bytes=weight_bytes, kv_bytes=kv_bytes, flops=flops,
-                                bandwidth=bandwidth)
+                                bandwidth=bandwidth, every_slot=backend == "xla")
     return RuntimePredictor(coef, key=key, tiling=tiling,
                             fit_info={"kind": "nominal", "provisional": True, "matmul_flops": flops,
                                       "memory_bytes_per_s": bandwidth})

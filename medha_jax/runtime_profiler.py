@@ -245,7 +245,7 @@ def get_predictor(engine_config, scheduler_config, executor, key, vocab_size: in
                  "over this device's matmul and memory rates); a server, or `python -m medha_jax.profile`, "
                  "measures one", path)
         return nominal_predictor(executor.cfg, key, tiling, tp=lay.tp, spp=lay.spp, dtype=engine_config.dtype,
-                                 kv_dtype=engine_config.kv_cache_dtype)
+                                 kv_dtype=engine_config.kv_cache_dtype, backend=executor.attention_backend)
     log.warning("no usable runtime profile at %s; measuring a quick one", path)
     ladders = executor.ladders
     comps = composition_grid(ladders.tokens[-1], ladders.seqs[-1],

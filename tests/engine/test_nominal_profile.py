@@ -41,6 +41,10 @@ def test_the_coefficients_are_the_models_arithmetic():
     assert wide["decode_kv"] == pytest.approx(c["decode_kv"] / 2)
     fp8 = nominal_coefficients(CFG, tp=1, spp=1, weight_bytes=2, kv_bytes=1, flops=1e11, bandwidth=1e10)
     assert fp8["decode_kv"] == pytest.approx(c["decode_kv"] / 4)
+    # the XLA backend's decode loop walks every slot of the bucket up to the longest decode: priced per slot
+    xla = nominal_coefficients(CFG, tp=1, spp=1, weight_bytes=4, kv_bytes=4, flops=1e11, bandwidth=1e10,
+                               every_slot=True)
+    assert xla["decode_span"] == pytest.approx(c["decode_kv"]) and "decode_kv" not in xla
 
 
 def test_batch_mode_starts_on_the_provisional_predictor_and_saves_nothing(tmp_path):
@@ -49,6 +53,7 @@ def test_batch_mode_starts_on_the_provisional_predictor_and_saves_nothing(tmp_pa
     pred = llm.engine.scheduler.predictor
     assert pred.fit_info["kind"] == "nominal" and pred.fit_info["provisional"]
     assert pred.fit_info["matmul_flops"] > 0 and pred.fit_info["memory_bytes_per_s"] > 0
+    assert pred.coefficients["decode_span"] > 0 and pred.coefficients["decode_kv"] == 0  # the XLA backend here
     outs = [o.token_ids for o in llm.generate(PROMPTS, GREEDY)]
     assert not (profiles.exists() and any(profiles.iterdir()))  # no profile was measured, nor written
     assert not (tables.exists() and any(tables.iterdir()))  # nor a prefill-time table keyed by its coefficients
