@@ -230,6 +230,7 @@ class Engine:
                            buckets_compiled=len(self.executor._compiled),
                            buckets_total=self.executor.num_buckets,
                            padded_ticks=self.executor.padded_ticks,
+                           compile_waits=self.executor.compile_waits,
                            prefix_queried_tokens=kv.prefix.queried_tokens if kv.prefix is not None else 0,
                            prefix_hit_tokens=kv.prefix.hit_tokens if kv.prefix is not None else 0,
                            **({} if kv.host is None else dict(

@@ -33,6 +33,8 @@ class EngineStats:
     """Shape buckets of the ladders (the ones beyond the background compiler's eager set compile when first needed)."""
     padded_ticks: int = 0
     """Iterations run in a larger compiled bucket because their own was not compiled yet."""
+    compile_waits: int = 0
+    """Iterations that waited for their own bucket's compile (padding would have taken longer)."""
     prefix_queried_tokens: int = 0
     """Prompt tokens looked up in the prefix cache (0 with prefix caching off)."""
     prefix_hit_tokens: int = 0

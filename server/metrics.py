@@ -53,6 +53,10 @@ class EngineCollector:
         c = CounterMetricFamily("medha_padded_iterations", "Iterations run in a larger bucket while theirs compiled.")
         c.add_metric([], float(st.padded_ticks))
         yield c
+        c = CounterMetricFamily("medha_compile_waits",
+                                "Iterations that waited for their own bucket's compile (padding would have taken longer).")
+        c.add_metric([], float(st.compile_waits))
+        yield c
         c = CounterMetricFamily("medha_prefix_cache_queried_tokens", "Prompt tokens looked up in the prefix cache.")
         c.add_metric([], float(st.prefix_queried_tokens))
         yield c

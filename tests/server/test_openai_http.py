@@ -88,7 +88,8 @@ def test_models_health_metrics(client, http, served):
     client.completions.create(model="demo", prompt="metrics", max_tokens=3, temperature=0)
     m = http.get("/metrics").text
     for name in ("medha_queue_depth", "medha_running_requests", "medha_kv_free_pages", "medha_iteration_seconds_bucket",
-                 "medha_ttft_seconds_bucket", "medha_tpot_seconds_bucket", "medha_recompilations_total"):
+                 "medha_ttft_seconds_bucket", "medha_tpot_seconds_bucket", "medha_recompilations_total",
+                 "medha_padded_iterations_total", "medha_compile_waits_total"):
         assert name in m, name
     assert 'medha_requests_finished_total{finish_reason="length"}' in m
     assert "medha_recompilations_total 0.0" in m
