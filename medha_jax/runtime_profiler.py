@@ -23,7 +23,6 @@ import statistics
 import time
 from collections.abc import Iterable
 
-from medha_jax.model import sharding
 from medha_jax.scheduler import Composition, RuntimePredictor
 from medha_jax.scheduler.attention_tiling import DEFAULT_TILING, Tiling
 from medha_jax.scheduler.predictor import StaleProfileError
@@ -238,6 +237,7 @@ def get_predictor(engine_config, scheduler_config, executor, key, vocab_size: in
     if not scheduler_config.uses_time_budget:
         return None
     if scheduler_config.batch_mode:
+        from medha_jax.model import sharding
         from medha_jax.nominal_profile import nominal_predictor
 
         lay = sharding.layout(executor.cfg, executor.mesh)
