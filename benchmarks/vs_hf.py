@@ -134,14 +134,21 @@ def main(argv=None) -> int:
     # New prompts for every pass (both systems get the same ones): medha-jax's prefix cache would
     # otherwise serve a repeated prompt's KV and skip the prefill HF has to do.
     job = lambda r: batch_prompts(prompts, prompt_len, V, r)  # noqa: E731
-    longs = lambda n, r: [(i * 2654435761 + r * 15485863) % (V - 512) + 256 for i in range(n)]  # noqa: E731
+    # A prompt per (length, pass): with the pass alone, the 8K prompt began with the 2K one's tokens and
+    # the 16K with the 8K's, so until stop 65 medha-jax's prefix cache served 2K of the 8K prefill and
+    # 8K of the 16K one (`medha_prefill` now refuses any cached token).
+    longs = lambda n, r: [(i * 2654435761 + r * 15485863 + n * 104729) % (V - 512) + 256  # noqa: E731
+                          for i in range(n)]
     sp_job = SamplingParams(max_tokens=new_tokens, temperature=0.0, ignore_eos=True)
     sp_one = SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True)
 
     def medha_offline(r):
         t = time.perf_counter()
         outs = llm.generate(job(r), sp_job)
-        return time.perf_counter() - t, [o.token_ids for o in outs]
+        seconds = time.perf_counter() - t
+        if any(o.metrics.num_cached_tokens for o in outs):
+            raise RuntimeError(f"offline pass {r}: prompt tokens came from the prefix cache, which HF has to compute")
+        return seconds, [o.token_ids for o in outs]
 
     def hf_offline(r):
         out = hf.call(op="generate", prompts=job(r), max_new_tokens=new_tokens)
@@ -150,7 +157,11 @@ def main(argv=None) -> int:
     def medha_prefill(n, r):
         t = time.perf_counter()
         out = llm.generate([longs(n, r)], sp_one)[0]
-        return time.perf_counter() - t, out.token_ids[0]
+        seconds = time.perf_counter() - t
+        if out.metrics.num_cached_tokens:
+            raise RuntimeError(f"prefill {n}, pass {r}: {out.metrics.num_cached_tokens} tokens came from the prefix "
+                               "cache, which HF has to compute")
+        return seconds, out.token_ids[0]
 
     def hf_prefill(n, r):
         out = hf.call(op="prefill", prompt=longs(n, r))
