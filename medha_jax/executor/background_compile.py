@@ -10,8 +10,9 @@ background thread, cheapest first.
                   (XLA compiles without holding the GIL, so the engine thread keeps stepping)
   a tick needing bucket b (Executor.runnable):
       b compiled -> b;  else want(b) and run in the cheapest compiled bucket holding b (padded up:
-      same tokens out, more work), unless the last tick there took longer than a compile: then
-      wait (at most that long) for b, compiled next (`Executor._wait_for`)
+      same tokens out, more work), unless the last tick there (before any: twice the predicted
+      one) took longer than a compile: then wait (at most that long) for b, compiled next
+      (`Executor._wait_for`)
 
 Only the `eager` cheapest buckets are compiled unasked: a ladder with hundreds of buckets would
 otherwise spend minutes and, on a CPU, run into the kernel's limit on memory mappings (each

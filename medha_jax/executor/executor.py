@@ -160,6 +160,9 @@ class Executor:
         self.compile_waits = 0  # ticks that waited for their own bucket's compile instead (`runnable`)
         self.tick_seconds: dict[Bucket, float] = {}  # the last tick run in each bucket: launch to samples on the host
         self.compile_seconds: list[float] = []  # every bucket compile's duration
+        # seconds a tick padded into a bucket is predicted to take before one has run there (set by
+        # engine_builder from the scheduler's predictor; None: only measured ticks count)
+        self.padded_estimate: Callable[[Bucket], float] | None = None
         self.num_buckets = len(ladders.all_buckets())
         self.maps: MapBudget = BUDGET  # the process's memory mappings, shared by its executors
 
@@ -209,8 +212,9 @@ class Executor:
     def runnable(self, b: Bucket) -> Bucket:
         """The bucket a tick that needs b runs in: b once compiled; while the background compiler
         is running, b is compiled next in the background and the tick runs padded in the cheapest
-        compiled bucket holding b, unless the last tick there took longer than a bucket's compile
-        (`_wait_for`: then it waits up to that long for b instead); the same, for good, once a
+        compiled bucket holding b, unless the last tick there (or, before any, the margin times its
+        predicted tick: `_padded_seconds`) took longer than a bucket's compile (`_wait_for`: then it
+        waits up to that long for b instead); the same, for good, once a
         compile was refused for the process's memory-mapping limit (`map_budget`); b itself
         (compiled on the spot) when none holds it."""
         if b in self._compiled:
@@ -225,11 +229,24 @@ class Executor:
         holder = min(holders, key=bucket_cost)
         if compiling:
             self.background.want(b)
-            if self._wait_for(b, self.tick_seconds.get(holder)):
+            if self._wait_for(b, self._padded_seconds(holder)):
                 self.compile_waits += 1
                 return b
         self.padded_ticks += 1
         return holder
+
+    PADDED_ESTIMATE_MARGIN = 2.0
+    """A holder no tick has run in yet counts as this many times its predicted padded tick: the
+    prediction prices the padding's token rows, not its slots and pages (the 31M Llama's 16,384-token
+    cover bucket predicted 4.1 s, ran 18.7 s a tick on a 2-core Zen 4 VM)."""
+
+    def _padded_seconds(self, holder: Bucket) -> float | None:
+        """How long a tick padded into holder takes: its last tick's seconds, else the margin times
+        `padded_estimate`'s, else None (unknown)."""
+        seconds = self.tick_seconds.get(holder)
+        if seconds is None and self.padded_estimate is not None:
+            seconds = self.PADDED_ESTIMATE_MARGIN * self.padded_estimate(holder)
+        return seconds
 
     def _wait_for(self, b: Bucket, padded: float | None) -> bool:
         """Wait for the background compiler to compile b (wanted, so next) when a tick padded into

@@ -96,16 +96,35 @@ def test_a_tick_waits_for_its_bucket_where_padded_ticks_take_longer_than_a_compi
     ex.compile_bucket(cover)
     ex.warmed_up = True
     ex.background = BackgroundCompiler(ex, [], eager=0).start()  # compiles only what ticks want
-    ex.tick_seconds[cover] = 1e3  # as if a padded tick there had taken longer than any compile
+    ex.padded_estimate = lambda b: 1e3  # no tick in cover yet: its predicted padded tick outlasts any compile
     need = Bucket(l.tokens[0], l.seqs[0], l.pages[0])
     assert ex.runnable(need) == need and ex.compile_waits == 1 and ex.padded_ticks == 0
-    ex.tick_seconds[cover] = 0.0  # quick padded ticks: pad, the compile goes on in the background
+    ex.tick_seconds[cover] = 0.0  # a measured quick padded tick there outweighs the prediction: pad
     other = Bucket(l.tokens[1], l.seqs[0], l.pages[0])
     assert ex.runnable(other) == cover and ex.padded_ticks == 1 and ex.compile_waits == 1
+    ex.tick_seconds[cover] = 1e3  # as if a padded tick there had taken longer than any compile
+    third = Bucket(l.tokens[0], l.seqs[1], l.pages[0])
+    assert ex.runnable(third) == third and ex.compile_waits == 2 and ex.padded_ticks == 1
     assert ex.wait_compiled(600) and other in ex._compiled
     assert [o.token_ids for o in llm.generate(PROMPTS, GREEDY)] == reference
     assert cover in ex.tick_seconds  # ticks are timed per bucket
     llm.close()
+
+
+def test_the_engine_prices_a_padded_tick_with_its_predictor_before_one_has_run(tmp_path):
+    """The executor's padded-tick estimate is the engine's predictor (here batch mode's provisional
+    one): more token rows, more time; the demo model's cover bucket is predicted far below a
+    compile, so its ticks pad. fcfs without a profile has no predictor: only measured ticks count."""
+    llm = LLM(**{**KW, "scheduler": "slo", "profile_dir": str(tmp_path)})
+    ex = llm.engine.executor
+    l = ex.ladders
+    small, cover = Bucket(l.tokens[0], l.seqs[0], l.pages[0]), Bucket(l.tokens[-1], l.seqs[-1], l.pages[-1])
+    assert 0.0 < ex.padded_estimate(small) < ex.padded_estimate(cover) < 1.0
+    assert ex.wait_compiled(600)
+    llm.close()
+    fcfs = LLM(warmup=False, **KW)
+    assert fcfs.engine.executor.padded_estimate is None
+    fcfs.close()
 
 
 def test_a_program_that_ends_while_buckets_compile_exits_cleanly(tmp_path):
