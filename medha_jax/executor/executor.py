@@ -163,6 +163,8 @@ class Executor:
         # seconds a tick padded into a bucket is predicted to take before one has run there (set by
         # engine_builder from the scheduler's predictor; None: only measured ticks count)
         self.padded_estimate: Callable[[Bucket], float] | None = None
+        self._ticks_open = 0  # launched, their seconds not yet recorded (`busy`)
+        self._last_tick_event = float("-inf")  # perf_counter of the last launch or completion
         self.num_buckets = len(ladders.all_buckets())
         self.maps: MapBudget = BUDGET  # the process's memory mappings, shared by its executors
 
@@ -278,7 +280,8 @@ class Executor:
         """Compile every bucket (background=False), or only the one every batch fits and prepare
         a background compiler for the others (background=True; `start_background` starts it once
         start-up profiling, which must not share the device with compiles, is over: the
-        EAGER_BUCKETS cheapest at once, the rest when a tick first needs them); returns how many
+        EAGER_BUCKETS cheapest at once (on a CPU, in the ticks' pauses: `busy`), the rest when a
+        tick first needs them); returns how many
         buckets were compiled. Shows a progress bar when asked."""
         buckets = self.ladders.all_buckets()
         if background:
@@ -287,7 +290,9 @@ class Executor:
             self.compile_bucket(cover)
             self.warmed_up = True
             rest = [b for b in buckets if b not in self._compiled]
-            self.background = BackgroundCompiler(self, rest, eager=self.EAGER_BUCKETS)
+            on_cpu = self.mesh.devices.flat[0].platform == "cpu"  # compiles and ticks share its cores
+            self.background = BackgroundCompiler(self, rest, eager=self.EAGER_BUCKETS,
+                                                 busy=self.busy if on_cpu else None)
             return 1
         self.maps.check(len(buckets) - len(self._compiled))  # refuse now, not after minutes of compiling
         it = buckets
@@ -417,10 +422,27 @@ class Executor:
         return out.batch, Launched(*arrays, out.batch.num_rows, self._timer(bucket_of(plan.arrays)), t0).result()
 
     def _timer(self, b: Bucket) -> Callable[[float], None]:
-        """Records a tick's seconds in bucket b (`tick_seconds`; `runnable` reads them)."""
+        """Records a tick's seconds in bucket b (`tick_seconds`; `runnable` reads them), and that
+        a tick is in flight meanwhile (`busy`). Called at launch."""
+        self._ticks_open += 1
+        self._last_tick_event = time.perf_counter()
+
         def timed(seconds: float) -> None:
             self.tick_seconds[b] = seconds
+            self._ticks_open -= 1
+            self._last_tick_event = time.perf_counter()
         return timed
+
+    BUSY_PAUSE_S = 0.5
+    """`busy` until this long after the last tick ended: gaps between an offline job's ticks are ms."""
+    BUSY_STALE_S = 120.0
+    """A tick in flight counts as busy for at most this long (one whose result is never read)."""
+
+    def busy(self) -> bool:
+        """Ticks are running: one is in flight, or one ended less than BUSY_PAUSE_S ago. On a CPU the
+        background compiler's eager buckets wait while this holds."""
+        quiet = time.perf_counter() - self._last_tick_event
+        return quiet < self.BUSY_PAUSE_S or (self._ticks_open > 0 and quiet < self.BUSY_STALE_S)
 
     def run_arrays(self, arrays: dict[str, np.ndarray]) -> None:
         """One tick on a `TickPlan.arrays` dict, waited for (a multi-host follower's replay)."""

@@ -6,11 +6,13 @@ off): padding a batch into a larger compiled bucket must not change a single gre
 """
 
 import json
+import time
 
 import pytest
 
 from medha_jax import LLM, SamplingParams
 from medha_jax.engine_builder import profile_key_for
+from medha_jax.executor import background_compile
 from medha_jax.executor.background_compile import BackgroundCompiler
 from medha_jax.executor.buckets import Bucket
 from medha_jax.executor.executor import compile_events
@@ -125,6 +127,34 @@ def test_the_engine_prices_a_padded_tick_with_its_predictor_before_one_has_run(t
     fcfs = LLM(warmup=False, **KW)
     assert fcfs.engine.executor.padded_estimate is None
     fcfs.close()
+
+
+def test_on_a_cpu_eager_buckets_wait_for_a_pause_in_the_ticks_and_wanted_ones_do_not():
+    """While ticks run (`busy`), the background compiler compiles what a tick wants and defers the
+    eager buckets; once the ticks pause it compiles those too. The executor is busy while a tick
+    is in flight and for BUSY_PAUSE_S after the last one ended."""
+    llm = LLM(warmup=False, **KW)
+    ex = llm.engine.executor
+    assert not ex.busy()  # no tick yet
+    l = ex.ladders
+    eager, wanted = Bucket(l.tokens[0], l.seqs[0], l.pages[0]), Bucket(l.tokens[1], l.seqs[1], l.pages[1])
+    ticking = [True]
+    ex.background = bc = BackgroundCompiler(ex, [eager, wanted], eager=1, busy=lambda: ticking[0]).start()
+    bc.want(wanted)
+    deadline = time.monotonic() + 300
+    while wanted not in ex._compiled and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(3 * background_compile.BUSY_POLL_S)  # the eager bucket had its chances to start, and was deferred
+    assert wanted in ex._compiled and eager not in ex._compiled and bc.eager == [eager]
+    ticking[0] = False  # the ticks pause
+    assert bc.wait(300) and eager in ex._compiled
+    timed = ex._timer(wanted)  # a tick launched
+    assert ex.busy()
+    timed(0.01)  # ... and done
+    assert ex.busy() and ex._ticks_open == 0  # within the pause window
+    time.sleep(ex.BUSY_PAUSE_S + 0.1)
+    assert not ex.busy()
+    llm.close()
 
 
 def test_a_program_that_ends_while_buckets_compile_exits_cleanly(tmp_path):
