@@ -200,8 +200,8 @@ def padded_tick_seconds(predictor, b: Bucket) -> float:
     """Predicted seconds of a tick padded into bucket b: its token rows as b.seqs prefills with
     nothing cached (the padding's matmuls). The executor weighs it against a compile before a tick
     has run there: on a warm restart of `LLM(model=dir)` (31M Llama, 2-core VM) the first tick of
-    two 64-token prompts ran padded into the 16,384-token cover bucket for 15.7 s while its own
-    bucket loaded from the compilation cache in ~1 s."""
+    two 64-token prompts ran padded into the 16,384-token cover bucket for 15.7 s (7.6 s without
+    compiles beside it) while its own bucket loaded from the compilation cache in ~1 s."""
     cost = predictor.batch_cost()
     n = max(1, min(b.seqs, b.tokens))
     for _ in range(n):

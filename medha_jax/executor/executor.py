@@ -239,8 +239,9 @@ class Executor:
 
     PADDED_ESTIMATE_MARGIN = 2.0
     """A holder no tick has run in yet counts as this many times its predicted padded tick: the
-    prediction prices the padding's token rows, not its slots and pages (the 31M Llama's 16,384-token
-    cover bucket predicted 4.1 s, ran 18.7 s a tick on a 2-core Zen 4 VM)."""
+    prediction prices the padding's rows at the matmuls' measured rate, which a padded tick does not
+    reach (the 31M Llama's 16,384-token cover bucket: predicted 4.1-5.2 s, ran 7.6 s alone and
+    15.7-18.7 s beside background compiles on a 2-core Zen 4 VM)."""
 
     def _padded_seconds(self, holder: Bucket) -> float | None:
         """How long a tick padded into holder takes: its last tick's seconds, else the margin times
