@@ -142,10 +142,10 @@ def run_checkpoint(workdir: Path, timeout: float) -> dict:
     (workdir / "checkpoint.log").write_text(out.stdout + out.stderr)
     m, j = re.search(r"FIRST (\S+) (\S+)", out.stdout), re.search(r"JOB (\S+)", out.stdout)
     again = re.search(r"AGAIN (\S+)", out.stdout)
-    if out.returncode or not m or not j:
+    if out.returncode or not m or not j or not again:
         raise RuntimeError(f"the checkpoint example failed; see {workdir / 'checkpoint.log'}")
     return {"first_token_s": round(float(m.group(1)), 2), "llm_built_s": round(float(m.group(2)), 2),
-            "job_s": round(float(j.group(1)), 2), "again_s": round(float(again.group(1)), 2) if again else None,
+            "job_s": round(float(j.group(1)), 2), "again_s": round(float(again.group(1)), 2),
             "process_wall_s": round(wall, 2)}
 
 
@@ -178,13 +178,14 @@ def main(argv=None) -> int:
              "beforehand. serve: process start to the HTTP response of a 1-token completion; python: process start "
              "(interpreter start excluded) to `generate` returning 24 tokens for 2 prompts; checkpoint: the same "
              "for `LLM(model=dir, dtype=\"float32\", load_format=\"dummy\")` on the 31M Llama (2 prompts of 64 "
-             "tokens, 24 new), then its offline job (16 x 512 + 64) in the same process, and again on other prompts.", "",
+             "tokens, 24 new), then its offline job (16 x 512 + 64) in the same process, and again on other "
+             "prompts.", "",
              "| case | phase | round | first token | detail | load before->after |", "|---|---|---|---|---|---|"]
     for r in rows:
         detail = (f"listening after {r['listening_s']} s" if r["case"] == "serve"
                   else f"LLM built after {r['llm_built_s']} s, process wall {r['process_wall_s']} s"
-                  + (f", then the offline job {r['job_s']} s" if "job_s" in r else "")
-                  + (f" and again (other prompts) {r['again_s']} s" if r.get("again_s") is not None else ""))
+                  + (f", then the offline job {r['job_s']} s and again (other prompts) {r['again_s']} s"
+                     if "job_s" in r else ""))
         lines.append(f"| {r['case']} | {r['phase']} | {r['round']} | {r['first_token_s']} s | {detail} | "
                      f"{r['load_before']}->{r['load_after']} |")
     write_results(args.out, args.name, report, lines)

@@ -139,7 +139,8 @@ class Executor:
         # XLA:CPU copies a stacked layer's weights out of the stack in every layer of every step; on
         # one stage the step reads per-layer buffers instead (`sharding.unstack_layers`). Not on a
         # GPU: there the layer loop would launch a conditional per projection.
-        per_layer = self.depth == 1 and mesh.devices.flat[0].platform == "cpu"
+        self.on_cpu = mesh.devices.flat[0].platform == "cpu"
+        per_layer = self.depth == 1 and self.on_cpu
         if per_layer:
             self.params = sharding.unstack_layers(params, cfg, mesh)
         self._step = jax.jit(make_step(cfg, mesh, attention_fn, layer_unroll, per_layer), donate_argnums=(1, 2, 3))
@@ -291,9 +292,9 @@ class Executor:
             self.compile_bucket(cover)
             self.warmed_up = True
             rest = [b for b in buckets if b not in self._compiled]
-            on_cpu = self.mesh.devices.flat[0].platform == "cpu"  # compiles and ticks share its cores
+            # on a CPU compiles and ticks share the cores: the eager buckets wait for the ticks' pauses
             self.background = BackgroundCompiler(self, rest, eager=self.EAGER_BUCKETS,
-                                                 busy=self.busy if on_cpu else None)
+                                                 busy=self.busy if self.on_cpu else None)
             return 1
         self.maps.check(len(buckets) - len(self._compiled))  # refuse now, not after minutes of compiling
         it = buckets
